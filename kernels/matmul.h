@@ -1,0 +1,35 @@
+// matmul: C[M,N] = A[M,K] x B[K,N], all row-major. FLOAT32 x FLOAT32 -> FLOAT32 and
+// BFLOAT16 x BFLOAT16 -> FLOAT32 (accumulation in float32). No scratch memory.
+#pragma once
+
+#include "kernels/common.h"
+
+namespace opserve::kernels {
+
+#define OPSERVE_DECLARE_MATMUL(Name)                                                          \
+  cudaError_t Name(const float* d_a, const float* d_b, float* d_c, int64_t m, int64_t n,     \
+                   int64_t k, cudaStream_t stream);                                           \
+  cudaError_t Name(const bf16_bits* d_a, const bf16_bits* d_b, float* d_c, int64_t m,        \
+                   int64_t n, int64_t k, cudaStream_t stream);
+
+// The steps of siboehm's SGEMM_CUDA, one file each.
+OPSERVE_DECLARE_MATMUL(MatmulNaive)                 // a thread per output, uncoalesced
+OPSERVE_DECLARE_MATMUL(MatmulCoalescing)            // a warp reads contiguous B columns
+OPSERVE_DECLARE_MATMUL(MatmulTiled)                 // shared-memory tiles of A and B
+OPSERVE_DECLARE_MATMUL(MatmulTiledRegister)         // 1-D register tiling: TM outputs a thread
+OPSERVE_DECLARE_MATMUL(MatmulBlockTiled)            // 2-D register tiling: TMxTN a thread
+OPSERVE_DECLARE_MATMUL(MatmulBlockTiledVectorized)  // + 16-byte loads, A transposed in smem
+// Tensor cores: TF32 mma for FLOAT32 inputs, BF16 mma for BFLOAT16 inputs, float32 accumulate.
+OPSERVE_DECLARE_MATMUL(MatmulTensorCore)
+
+#undef OPSERVE_DECLARE_MATMUL
+
+// cuBLAS needs a handle, created once per device worker. The handle is passed as void* so that
+// this header does not pull in cublas_v2.h. FLOAT32 runs cublasSgemm in full FP32 precision;
+// BFLOAT16 runs cublasGemmEx with CUBLAS_COMPUTE_32F. Returns cudaErrorUnknown on a cuBLAS error.
+cudaError_t MatmulCublas(void* cublas_handle, const float* d_a, const float* d_b, float* d_c,
+                         int64_t m, int64_t n, int64_t k, cudaStream_t stream);
+cudaError_t MatmulCublas(void* cublas_handle, const bf16_bits* d_a, const bf16_bits* d_b,
+                         float* d_c, int64_t m, int64_t n, int64_t k, cudaStream_t stream);
+
+}  // namespace opserve::kernels
