@@ -1,0 +1,136 @@
+// Private helpers shared by the sum launchers (kernels/sum_*.cu). Not part of the kernel API.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "kernels/common.h"
+
+namespace opserve::kernels::sum_internal {
+
+// What each input type sums in: float in float (the API's output type); int32 exactly in int64.
+// int64 -> int64 serves the second pass over int64 partials.
+template <typename T>
+struct SumAccum;
+template <>
+struct SumAccum<float> {
+  using type = float;
+};
+template <>
+struct SumAccum<int32_t> {
+  using type = int64_t;
+};
+template <>
+struct SumAccum<int64_t> {
+  using type = int64_t;
+};
+template <typename T>
+using SumAccumT = typename SumAccum<T>::type;
+
+// Devices whose SM count is cached; a higher ordinal just queries every time.
+inline constexpr int kMaxCachedDevices = 64;
+
+// The current device's SM count, cached per device: the grids (and so the float rounding order)
+// are a function of n and this number only, which keeps float results deterministic per device.
+inline cudaError_t CurrentDeviceSmCount(int* sm_count) {
+  // Zero means "not yet known"; racing first calls store the same value.
+  static std::atomic<int> cache[kMaxCachedDevices];
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  if (device >= 0 && device < kMaxCachedDevices) {
+    const int cached = cache[device].load(std::memory_order_relaxed);
+    if (cached > 0) {
+      *sm_count = cached;
+      return cudaSuccess;
+    }
+  }
+  int count = 0;
+  err = cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
+  if (err != cudaSuccess) return err;
+  if (count < 1) return cudaErrorInvalidDevice;
+  if (device >= 0 && device < kMaxCachedDevices) cache[device].store(count, std::memory_order_relaxed);
+  *sm_count = count;
+  return cudaSuccess;
+}
+
+// Blocks for a grid-stride first pass: enough to cover n at `items_per_block` per block, at most
+// one full wave (`blocks_per_sm` resident blocks on every SM), and at least one.
+inline int FirstPassGrid(int64_t items, int64_t items_per_block, int sm_count, int blocks_per_sm) {
+  const int64_t wanted = CeilDiv<int64_t>(items, items_per_block);
+  const int64_t wave = static_cast<int64_t>(sm_count) * blocks_per_sm;
+  const int64_t grid = wanted < wave ? wanted : wave;
+  return grid < 1 ? 1 : static_cast<int>(grid);
+}
+
+template <typename Acc>
+__device__ __forceinline__ Acc WarpReduceSum(Acc v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_down_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// Block-wide sum by warp shuffles; the result is valid in thread 0 only. Fixed order, so
+// deterministic. Call at most once per kernel (its shared array is reused without a barrier).
+template <int kThreads, typename Acc>
+__device__ __forceinline__ Acc BlockReduceSum(Acc v) {
+  static_assert(kThreads % 32 == 0 && kThreads >= 32 && kThreads <= 1024,
+                "whole warps, at most 32 of them, so one warp can finish");
+  constexpr int kWarps = kThreads / 32;
+  __shared__ Acc warp_sums[kWarps];
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  v = WarpReduceSum(v);
+  if (lane == 0) warp_sums[warp] = v;
+  __syncthreads();
+  Acc total = Acc(0);
+  if (warp == 0) total = WarpReduceSum(lane < kWarps ? warp_sums[lane] : Acc(0));
+  return total;
+}
+
+// This thread's share of a grid-stride pass over in[0, n): kUnroll independent coalesced loads in
+// flight per round, each into its own accumulator, combined pairwise at the end. Besides the
+// memory-level parallelism, the separate accumulators cut float's serial rounding chain by
+// kUnroll (about n / (4 * 270k threads) adds at n = 2^30 on 132 SMs).
+template <int kUnroll, typename T>
+__device__ __forceinline__ SumAccumT<T> ThreadSumStrided(const T* __restrict__ in, int64_t n) {
+  static_assert(kUnroll >= 1 && (kUnroll & (kUnroll - 1)) == 0, "pairwise combine needs 2^k");
+  using Acc = SumAccumT<T>;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  Acc acc[kUnroll];
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) acc[u] = Acc(0);
+  for (; i + (kUnroll - 1) * stride < n; i += kUnroll * stride) {
+    T v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) v[u] = __ldg(in + i + u * stride);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) acc[u] += static_cast<Acc>(v[u]);
+  }
+  // Fewer than kUnroll elements of this thread remain.
+#pragma unroll
+  for (int u = 0; u < kUnroll - 1; ++u) {
+    if (i + u * stride < n) acc[u] += static_cast<Acc>(__ldg(in + i + u * stride));
+  }
+#pragma unroll
+  for (int width = kUnroll / 2; width > 0; width /= 2) {
+#pragma unroll
+    for (int u = 0; u < width; ++u) acc[u] += acc[u + width];
+  }
+  return acc[0];
+}
+
+// Second pass: one block sums `count` partials in a fixed order and writes the total to *out.
+template <int kThreads, typename Acc>
+__global__ void __launch_bounds__(kThreads)
+    sum_partials_kernel(const Acc* __restrict__ partials, int count, Acc* __restrict__ out) {
+  Acc v = Acc(0);
+  for (int i = threadIdx.x; i < count; i += kThreads) v += partials[i];
+  v = BlockReduceSum<kThreads>(v);
+  if (threadIdx.x == 0) *out = v;
+}
+
+}  // namespace opserve::kernels::sum_internal

@@ -1,0 +1,172 @@
+// sum, vectorized: the bandwidth one. Pass 1: a persistent grid of exactly one full wave
+// (kBlocksPerSm blocks on every SM) streams the input as 16-byte vectors (float4 / int4 through the
+// read-only path), kUnroll independent vector loads in flight per thread; each block writes one
+// partial. Pass 2: one block sums the partials in a fixed order.
+//
+// Work mapping (grid-wide strip mining, as CUB's reduce agent does per tile): round r, slot u of
+// thread g reads vector (r * kUnroll + u) * total_threads + g, so every warp load is one coalesced
+// 512-byte segment. The last, partial round is spread over all threads (each gets at most kUnroll
+// guarded vectors), so no block carries a whole extra tile and the wave drains evenly. The < 4
+// scalars before the first 16-byte boundary and after the last full vector go to block 0.
+//
+// Deterministic: the grid is a function of n and the SM count only, and each thread, block and
+// the final pass add in a fixed order. Float accuracy: each round's 4 * kUnroll values are summed
+// as a tree before one add into the running sum, so the serial chain is about
+// n / (4 * kUnroll * total_threads) adds (~250 at n = 2^30 on 132 SMs).
+#include <cstdint>
+
+#include "kernels/sum.h"
+#include "kernels/sum_common.cuh"
+
+namespace opserve::kernels {
+namespace {
+
+using sum_internal::SumAccumT;
+
+constexpr int kThreads = 256;
+// 4 blocks x 256 threads x 8 vectors x 16 B = 128 KiB of loads in flight per SM, several times
+// what Little's law asks at ~3-4.8 TB/s (about 20-30 KiB per SM); the register budget this allows
+// (64 per thread) holds the 32 registers of vector data without spilling.
+constexpr int kBlocksPerSm = 4;
+constexpr int kUnroll = 8;
+constexpr int kFinalThreads = 256;
+constexpr int kVecBytes = 16;
+static_assert(kThreads % 32 == 0, "whole warps");
+static_assert(kThreads * kBlocksPerSm <= 2048, "one wave must fit the SM's thread slots");
+static_assert(kUnroll >= 1 && (kUnroll & (kUnroll - 1)) == 0, "pairwise combine needs 2^k");
+
+template <typename T>
+struct Vec16;
+template <>
+struct Vec16<float> {
+  using type = float4;
+};
+template <>
+struct Vec16<int32_t> {
+  using type = int4;
+};
+template <typename T>
+using Vec16T = typename Vec16<T>::type;
+template <typename T>
+inline constexpr int kLanes = kVecBytes / static_cast<int>(sizeof(T));
+static_assert(sizeof(float4) == kVecBytes && sizeof(int4) == kVecBytes);
+
+template <typename Acc, typename V>
+__device__ __forceinline__ Acc SumLanes(const V& v) {
+  return (static_cast<Acc>(v.x) + static_cast<Acc>(v.y)) +
+         (static_cast<Acc>(v.z) + static_cast<Acc>(v.w));
+}
+
+// Pairwise sum of s[0..kUnroll) (fixed shape).
+template <typename Acc>
+__device__ __forceinline__ Acc TreeSum(Acc (&s)[kUnroll]) {
+#pragma unroll
+  for (int width = kUnroll / 2; width > 0; width /= 2) {
+#pragma unroll
+    for (int u = 0; u < width; ++u) s[u] += s[u + width];
+  }
+  return s[0];
+}
+
+// `head` scalars precede the first 16-byte boundary (0 for a cudaMalloc pointer); the vectors
+// start at in + head and there are (n - head) / kLanes of them; the rest is a scalar tail.
+template <typename T>
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+    sum_vectorized_kernel(const T* __restrict__ in, int64_t n, int head,
+                          SumAccumT<T>* __restrict__ out) {
+  using Acc = SumAccumT<T>;
+  using V = Vec16T<T>;
+  constexpr int kL = kLanes<T>;
+  const V* __restrict__ vin = reinterpret_cast<const V*>(in + head);
+  const int64_t n_vec = (n - head) / kL;
+  const int64_t total_threads = static_cast<int64_t>(gridDim.x) * kThreads;
+  const int64_t round_vecs = total_threads * kUnroll;
+  const int64_t full_rounds = n_vec / round_vecs;
+  const int64_t g = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+
+  Acc acc = Acc(0);
+  const V* p = vin + g;
+  for (int64_t r = 0; r < full_rounds; ++r, p += round_vecs) {
+    V v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) v[u] = __ldg(p + u * total_threads);
+    Acc s[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) s[u] = SumLanes<Acc>(v[u]);
+    acc += TreeSum(s);
+  }
+  {  // The partial last round: fewer than round_vecs vectors, at most kUnroll per thread.
+    const int64_t base = full_rounds * round_vecs + g;
+    Acc s[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t idx = base + u * total_threads;
+      s[u] = idx < n_vec ? SumLanes<Acc>(__ldg(vin + idx)) : Acc(0);
+    }
+    acc += TreeSum(s);
+  }
+  if (blockIdx.x == 0) {  // The scalar head and tail: at most kL - 1 each.
+    const int64_t tail_begin = head + n_vec * kL;
+    const int tail = static_cast<int>(n - tail_begin);
+    const int t = threadIdx.x;
+    static_assert(2 * (kVecBytes / sizeof(float)) <= kThreads, "block 0 covers head and tail");
+    if (t < head) {
+      acc += static_cast<Acc>(__ldg(in + t));
+    } else if (t < head + tail) {
+      acc += static_cast<Acc>(__ldg(in + tail_begin + (t - head)));
+    }
+  }
+  acc = sum_internal::BlockReduceSum<kThreads>(acc);
+  if (threadIdx.x == 0) out[blockIdx.x] = acc;
+}
+
+template <typename T>
+cudaError_t SumVectorizedImpl(void* d_temp, size_t* temp_bytes, const T* d_in,
+                              SumAccumT<T>* d_out, int64_t n, cudaStream_t stream) {
+  using Acc = SumAccumT<T>;
+  constexpr int kL = kLanes<T>;
+  if (temp_bytes == nullptr || n < 0) return cudaErrorInvalidValue;
+  const uintptr_t misalign = reinterpret_cast<uintptr_t>(d_in) % kVecBytes;
+  if (misalign % sizeof(T) != 0) return cudaErrorInvalidValue;  // not even element-aligned
+  const int64_t head_wanted = misalign == 0 ? 0 : (kVecBytes - misalign) / sizeof(T);
+  const int head = static_cast<int>(head_wanted < n ? head_wanted : n);
+  const int64_t n_vec = (n - head) / kL;
+
+  int sm_count = 0;
+  cudaError_t err = sum_internal::CurrentDeviceSmCount(&sm_count);
+  if (err != cudaSuccess) return err;
+  const int grid =
+      sum_internal::FirstPassGrid(n_vec, int64_t{kThreads} * kUnroll, sm_count, kBlocksPerSm);
+  const size_t need = static_cast<size_t>(grid) * sizeof(Acc);
+  if (d_temp == nullptr) {
+    *temp_bytes = need;
+    return cudaSuccess;
+  }
+  if (*temp_bytes < need) return cudaErrorInvalidValue;
+
+  if (grid == 1) {  // one block covers it: its partial is the answer, no second launch
+    sum_vectorized_kernel<T><<<1, kThreads, 0, stream>>>(d_in, n, head, d_out);
+    return LastLaunchError();
+  }
+  Acc* d_partials = static_cast<Acc*>(d_temp);
+  sum_vectorized_kernel<T><<<grid, kThreads, 0, stream>>>(d_in, n, head, d_partials);
+  err = LastLaunchError();
+  if (err != cudaSuccess) return err;
+  sum_internal::sum_partials_kernel<kFinalThreads, Acc>
+      <<<1, kFinalThreads, 0, stream>>>(d_partials, grid, d_out);
+  return LastLaunchError();
+}
+
+}  // namespace
+
+cudaError_t SumVectorized(void* d_temp, size_t* temp_bytes, const float* d_in, float* d_out,
+                          int64_t n, cudaStream_t stream) {
+  return SumVectorizedImpl(d_temp, temp_bytes, d_in, d_out, n, stream);
+}
+
+cudaError_t SumVectorized(void* d_temp, size_t* temp_bytes, const int32_t* d_in, int64_t* d_out,
+                          int64_t n, cudaStream_t stream) {
+  return SumVectorizedImpl(d_temp, temp_bytes, d_in, d_out, n, stream);
+}
+
+}  // namespace opserve::kernels

@@ -1,0 +1,86 @@
+// A backend owns one device: its memory (through a budget), its copies and its execution
+// context. The CPU reference backend and the CUDA backend implement it.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "server/tensor.h"
+
+namespace opserve {
+
+// Bytes a backend may hold at once: stored tensors, intermediates and scratch together.
+// Reserve fails with RESOURCE_EXHAUSTED instead of growing past the budget.
+class MemoryBudget {
+ public:
+  explicit MemoryBudget(uint64_t budget_bytes) : budget_(budget_bytes) {}
+  absl::Status Reserve(uint64_t bytes);
+  void Release(uint64_t bytes) { used_.fetch_sub(bytes, std::memory_order_relaxed); }
+  uint64_t used() const { return used_.load(std::memory_order_relaxed); }
+  uint64_t budget() const { return budget_; }
+
+ private:
+  const uint64_t budget_;
+  std::atomic<uint64_t> used_{0};
+};
+
+// A request's execution context on one device, used by the device worker thread only.
+class ExecEnv {
+ public:
+  virtual ~ExecEnv() = default;
+  virtual void* stream() { return nullptr; }       // cudaStream_t on CUDA
+  virtual void* blas_handle() { return nullptr; }  // cublasHandle_t on CUDA
+  // Scratch memory that lives until Finish().
+  virtual absl::StatusOr<void*> Scratch(uint64_t bytes) = 0;
+  // Brackets node `i`'s kernels for timing (CUDA events or the host clock).
+  virtual void MarkStart(int i) = 0;
+  virtual void MarkEnd(int i) = 0;
+  // Waits for the device (once per request) and returns each marked node's seconds.
+  // Frees the scratch. A device error here is reported against the request.
+  virtual absl::StatusOr<std::vector<double>> Finish(int num_nodes) = 0;
+};
+
+// Streams one tensor's bytes into a buffer, chunk by chunk (PutTensor).
+class Uploader {
+ public:
+  virtual ~Uploader() = default;
+  virtual absl::Status Append(const void* data, uint64_t bytes) = 0;
+  // Waits until every appended byte is in the buffer.
+  virtual absl::Status Finish() = 0;
+};
+
+struct MemoryStats {
+  uint64_t used = 0;
+  uint64_t budget = 0;
+  uint64_t total = 0;  // the device's memory
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;         // "cpu" or "cuda": the table's backend column
+  virtual std::string device() const = 0;       // "cpu" or "cuda:0"
+  virtual std::string description() const = 0;  // e.g. "cuda:0 NVIDIA H100 80GB HBM3 (sm_90)"
+  virtual int compute_capability() const { return 0; }  // 90 for sm_90; 0 on the CPU
+  virtual int sm_count() const { return 0; }            // multiprocessors; 0 on the CPU
+
+  // Memory charged to the budget; RESOURCE_EXHAUSTED when it would not fit.
+  virtual absl::StatusOr<BufferPtr> Allocate(uint64_t bytes) = 0;
+  // Blocking copies between host memory and a buffer.
+  virtual absl::Status CopyIn(Buffer& dst, uint64_t offset, const void* src, uint64_t bytes) = 0;
+  virtual absl::Status CopyOut(const Buffer& src, uint64_t offset, void* dst,
+                               uint64_t bytes) = 0;
+  virtual std::unique_ptr<Uploader> NewUploader(BufferPtr dst) = 0;
+  // One per device worker; made on the worker's thread.
+  virtual absl::StatusOr<std::unique_ptr<ExecEnv>> NewExecEnv() = 0;
+  // OK while the device can serve; a sticky device error makes it fail for good.
+  virtual absl::Status Healthy() const { return absl::OkStatus(); }
+  virtual MemoryStats Memory() const = 0;
+};
+
+}  // namespace opserve

@@ -1,0 +1,72 @@
+#include "server/device_worker.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace opserve {
+
+absl::StatusOr<std::unique_ptr<DeviceWorker>> DeviceWorker::Start(Backend& backend, int max_queue) {
+  std::unique_ptr<DeviceWorker> w(new DeviceWorker(backend, max_queue));
+  std::promise<absl::Status> started;
+  auto ready = started.get_future();
+  w->thread_ = std::thread(&DeviceWorker::Loop, w.get(), &started);
+  absl::Status s = ready.get();
+  if (!s.ok()) {
+    w->thread_.join();
+    return s;
+  }
+  return w;
+}
+
+DeviceWorker::~DeviceWorker() { Shutdown(); }
+
+absl::Status DeviceWorker::Submit(Job job) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return absl::UnavailableError("the server is shutting down");
+    const int depth = static_cast<int>(jobs_.size()) + running_;
+    if (depth >= max_queue_) {
+      return absl::ResourceExhaustedError(absl::StrCat("the device queue is full: ", depth,
+                                                       " requests in flight (--max_inflight=",
+                                                       max_queue_, ")"));
+    }
+    jobs_.push_back(std::move(job));
+  }
+  cv_.notify_one();
+  return absl::OkStatus();
+}
+
+int DeviceWorker::depth() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(jobs_.size()) + running_;
+}
+
+void DeviceWorker::Shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void DeviceWorker::Loop(std::promise<absl::Status>* started) {
+  auto env = backend_.NewExecEnv();
+  started->set_value(env.status());
+  if (!env.ok()) return;
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;  // stopping, and everything queued has run
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+      ++running_;
+    }
+    job(**env);
+    std::lock_guard<std::mutex> lock(mu_);
+    --running_;
+  }
+}
+
+}  // namespace opserve

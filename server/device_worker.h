@@ -1,0 +1,49 @@
+// One thread per device: it owns the device's execution context (stream, cuBLAS handle) and runs
+// jobs in order. gRPC threads hand work over here and never wait on the device themselves.
+// The queue is bounded: a full queue answers RESOURCE_EXHAUSTED instead of growing.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "server/backend.h"
+
+namespace opserve {
+
+class DeviceWorker {
+ public:
+  using Job = std::function<void(ExecEnv&)>;
+
+  // Starts the thread and makes its ExecEnv there; fails if the backend cannot.
+  static absl::StatusOr<std::unique_ptr<DeviceWorker>> Start(Backend& backend, int max_queue);
+  ~DeviceWorker();
+
+  // Queues a job. RESOURCE_EXHAUSTED when `max_queue` jobs are already waiting or running;
+  // UNAVAILABLE after Shutdown began.
+  absl::Status Submit(Job job);
+  // Runs every job already queued, then stops the thread.
+  void Shutdown();
+  int depth() const;
+
+ private:
+  DeviceWorker(Backend& backend, int max_queue) : backend_(backend), max_queue_(max_queue) {}
+  void Loop(std::promise<absl::Status>* started);
+
+  Backend& backend_;
+  const int max_queue_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> jobs_;
+  int running_ = 0;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace opserve

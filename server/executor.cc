@@ -1,0 +1,144 @@
+#include "server/executor.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "server/status_macros.h"
+
+namespace opserve {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double MicrosSince(Clock::time_point t) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - t).count();
+}
+
+void FillShape(const TensorMeta& meta, v1::Tensor* t) {
+  t->set_dtype(static_cast<v1::DType>(meta.dtype));
+  for (int64_t d : meta.shape) t->add_shape(d);
+}
+
+}  // namespace
+
+absl::Status ExecutePlan(const Plan& plan, const ExecuteContext& ctx,
+                         v1::ExecuteResponse* response) {
+  Backend& backend = *ctx.backend;
+  v1::RequestTiming* timing = response->mutable_timing();
+
+  // Inputs: upload each inline tensor that a node reads, once.
+  auto t_input = Clock::now();
+  std::vector<BufferPtr> inline_buffers(plan.inlines.size());
+  for (const PlanNode& n : plan.nodes) {
+    for (const PlanInput& in : n.inputs) {
+      if (in.source != PlanInput::Source::kInline || inline_buffers[in.index]) continue;
+      const PlanInline& pi = plan.inlines[in.index];
+      auto buffer = backend.Allocate(pi.meta.Bytes());
+      if (!buffer.ok()) {
+        return absl::Status(buffer.status().code(), absl::StrCat("inline tensor '", pi.name,
+                                                                  "': ", buffer.status().message()));
+      }
+      RETURN_IF_ERROR(backend.CopyIn(**buffer, 0, pi.data->data(), pi.data->size()));
+      inline_buffers[in.index] = *std::move(buffer);
+    }
+  }
+  timing->set_input_us(MicrosSince(t_input));
+
+  // Compute: every node in order; an intermediate's buffer goes back after its last reader.
+  auto t_compute = Clock::now();
+  const int num_nodes = static_cast<int>(plan.nodes.size());
+  std::vector<BufferPtr> outputs(num_nodes);
+  std::vector<const void*> ptrs;
+  for (int i = 0; i < num_nodes; ++i) {
+    const PlanNode& n = plan.nodes[i];
+    auto at = [&](const absl::Status& s) {
+      return absl::Status(s.code(), absl::StrCat("node '", n.id, "' (", std::string(n.op->name), "/",
+                                                 std::string(n.algo->name), "): ", s.message()));
+    };
+    if (ctx.check_alive) {
+      if (auto s = ctx.check_alive(); !s.ok()) return at(s);
+    }
+    auto out = backend.Allocate(n.output.Bytes());
+    if (!out.ok()) return at(out.status());
+    outputs[i] = *std::move(out);
+    ptrs.clear();
+    for (const PlanInput& in : n.inputs) {
+      switch (in.source) {
+        case PlanInput::Source::kStored: ptrs.push_back(in.stored->buffer->data()); break;
+        case PlanInput::Source::kInline: ptrs.push_back(inline_buffers[in.index]->data()); break;
+        case PlanInput::Source::kNode: ptrs.push_back(outputs[in.index]->data()); break;
+      }
+    }
+    KernelArgs args{ptrs, n.input_meta, outputs[i]->data(), n.output, n.attrs, *ctx.env};
+    ctx.env->MarkStart(i);
+    absl::Status s = n.algo->run(args);
+    ctx.env->MarkEnd(i);
+    if (!s.ok()) {
+      (void)ctx.env->Finish(i + 1);  // drain the device before buffers go back
+      return at(s);
+    }
+    for (const PlanInput& in : n.inputs) {
+      if (in.source != PlanInput::Source::kNode) continue;
+      const PlanNode& src = plan.nodes[in.index];
+      if (src.last_use == i && !src.returned && src.store_as.empty()) outputs[in.index].reset();
+    }
+  }
+  auto seconds = ctx.env->Finish(num_nodes);
+  if (!seconds.ok()) return seconds.status();
+  timing->set_compute_us(MicrosSince(t_compute));
+
+  for (int i = 0; i < num_nodes; ++i) {
+    const PlanNode& n = plan.nodes[i];
+    const double s = (*seconds)[i];
+    v1::NodeResult* r = response->add_nodes();
+    r->set_id(n.id);
+    r->set_op(std::string(n.op->name));
+    r->set_algorithm(std::string(n.algo->name));
+    r->set_dtype(static_cast<v1::DType>(n.output.dtype));
+    for (int64_t d : n.output.shape) r->add_shape(d);
+    r->set_kernel_us(s * 1e6);
+    r->set_bytes(n.cost.bytes);
+    r->set_flops(n.cost.flops);
+    r->set_gbps(s > 0 ? n.cost.bytes / s / 1e9 : 0);
+    r->set_gflops(s > 0 ? n.cost.flops / s / 1e9 : 0);
+    if (ctx.metrics) ctx.metrics->RecordKernel(std::string_view(n.op->name.data(), n.op->name.size()),
+                                  std::string_view(n.algo->name.data(), n.algo->name.size()), s, n.cost.bytes, n.cost.flops);
+  }
+
+  // Outputs: returned inline, and kept under their names (all or none).
+  auto t_output = Clock::now();
+  std::vector<StoredTensorPtr> to_store;
+  std::vector<bool> overwrite;
+  for (int i = 0; i < num_nodes; ++i) {
+    const PlanNode& n = plan.nodes[i];
+    if (n.returned) {
+      v1::NamedTensor* nt = response->add_outputs();
+      nt->set_node(n.id);
+      v1::Tensor* t = nt->mutable_tensor();
+      FillShape(n.output, t);
+      std::string* data = t->mutable_data();
+      data->resize(n.output.Bytes());
+      RETURN_IF_ERROR(backend.CopyOut(*outputs[i], 0, data->data(), data->size()));
+    }
+    for (const PlanNode::Store& st : n.store_as) {
+      to_store.push_back(std::make_shared<StoredTensor>(StoredTensor{st.name, n.output, outputs[i]}));
+      overwrite.push_back(st.overwrite);
+    }
+  }
+  if (!to_store.empty()) {
+    RETURN_IF_ERROR(ctx.store->InsertAll(to_store, overwrite));
+    for (const StoredTensorPtr& t : to_store) {
+      v1::TensorInfo* info = response->add_stored();
+      info->set_name(t->name);
+      info->set_dtype(static_cast<v1::DType>(t->meta.dtype));
+      for (int64_t d : t->meta.shape) info->add_shape(d);
+      info->set_bytes(t->meta.Bytes());
+      info->set_device(backend.device());
+    }
+  }
+  timing->set_output_us(MicrosSince(t_output));
+  response->set_device(backend.device());
+  return absl::OkStatus();
+}
+
+}  // namespace opserve

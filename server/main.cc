@@ -1,0 +1,152 @@
+// opserve: the server binary. Parses flags, chooses the backend, starts the device worker, the
+// gRPC server and the metrics exposer, and drains in-flight calls on SIGTERM / SIGINT.
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "server/cpu/cpu_backend.h"
+#include "server/service.h"
+#if OPSERVE_WITH_CUDA
+#include "server/cuda/cuda_backend.h"
+#endif
+
+ABSL_FLAG(std::string, host, "0.0.0.0", "address to listen on");
+ABSL_FLAG(int, port, 50051, "gRPC port (0: pick a free one and print it)");
+ABSL_FLAG(int, metrics_port, 9464, "Prometheus /metrics port (0: pick a free one, -1: off)");
+ABSL_FLAG(std::string, device, "auto", "auto | cpu | cuda | cuda:N");
+ABSL_FLAG(uint64_t, max_tensor_bytes, 0, "largest tensor, stored or intermediate (0: the budget)");
+ABSL_FLAG(uint64_t, memory_budget_bytes, 0,
+          "bytes of device memory the server may hold (0: 90% of free GPU memory, or half of RAM)");
+ABSL_FLAG(int, max_graph_nodes, 256, "most nodes in one Execute graph");
+ABSL_FLAG(int, max_inflight, 64, "most Execute requests queued or running on the device");
+ABSL_FLAG(uint64_t, max_message_bytes, 256ull << 20, "largest gRPC message, either direction");
+ABSL_FLAG(uint32_t, chunk_bytes, 1u << 20, "default GetTensor chunk size");
+ABSL_FLAG(int, shutdown_grace_seconds, 30, "how long SIGTERM waits for calls in flight");
+
+namespace opserve {
+namespace {
+
+// The first log line says which backend was chosen and why.
+absl::StatusOr<std::unique_ptr<Backend>> ChooseBackend(const std::string& device, uint64_t budget) {
+  if (device == "cpu") {
+    std::cerr << "opserve: backend cpu (--device=cpu)" << std::endl;
+    return MakeCpuBackend(budget);
+  }
+  int index = 0;
+  if (device.rfind("cuda:", 0) == 0) index = std::atoi(device.c_str() + 5);
+  if (device != "auto" && device != "cuda" && device.rfind("cuda:", 0) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--device must be auto, cpu, cuda or cuda:N, got '", device, "'"));
+  }
+#if OPSERVE_WITH_CUDA
+  absl::Status probe = ProbeCuda(index);
+  if (probe.ok()) {
+    auto backend = MakeCudaBackend(index, budget);
+    if (backend.ok()) {
+      std::cerr << "opserve: backend cuda: " << (*backend)->description() << " (--device=" << device
+                << ")" << std::endl;
+      return backend;
+    }
+    probe = backend.status();
+  }
+  if (device != "auto") return probe;
+  std::cerr << "opserve: backend cpu: no usable GPU (" << probe.message() << ")" << std::endl;
+#else
+  if (device != "auto") {
+    return absl::FailedPreconditionError("this opserve was built without CUDA (no nvcc at build time)");
+  }
+  std::cerr << "opserve: backend cpu: built without CUDA" << std::endl;
+#endif
+  return MakeCpuBackend(budget);
+}
+
+std::atomic<int> g_signal{0};
+void OnSignal(int sig) { g_signal.store(sig); }
+
+int Run() {
+  auto backend_or = ChooseBackend(absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_memory_budget_bytes));
+  if (!backend_or.ok()) {
+    std::cerr << "opserve: " << backend_or.status() << std::endl;
+    return 2;
+  }
+  std::unique_ptr<Backend> backend = *std::move(backend_or);
+
+  ServiceOptions options;
+  const uint64_t budget = backend->Memory().budget;
+  options.limits.max_tensor_bytes =
+      absl::GetFlag(FLAGS_max_tensor_bytes) ? absl::GetFlag(FLAGS_max_tensor_bytes) : budget;
+  options.limits.max_graph_nodes = absl::GetFlag(FLAGS_max_graph_nodes);
+  options.limits.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options.default_chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
+
+  std::unique_ptr<Metrics> metrics;
+  if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
+    auto m = Metrics::Create(absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_metrics_port)),
+                             backend->device(), backend->name());
+    if (!m.ok()) {
+      std::cerr << "opserve: metrics: " << m.status() << std::endl;
+      return 2;
+    }
+    metrics = *std::move(m);
+  }
+
+  auto worker = DeviceWorker::Start(*backend, absl::GetFlag(FLAGS_max_inflight));
+  if (!worker.ok()) {
+    std::cerr << "opserve: device worker: " << worker.status() << std::endl;
+    return 2;
+  }
+  TensorStore store;
+  OpServeService service(*backend, store, **worker, metrics.get(), options);
+  service.UpdateStoreGauges();
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port)),
+                           grpc::InsecureServerCredentials(), &port);
+  const int max_message = static_cast<int>(std::min<uint64_t>(options.limits.max_message_bytes, INT32_MAX));
+  builder.SetMaxReceiveMessageSize(max_message);
+  builder.SetMaxSendMessageSize(max_message);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || port == 0) {
+    std::cerr << "opserve: cannot listen on port " << absl::GetFlag(FLAGS_port) << std::endl;
+    return 2;
+  }
+  auto* health = server->GetHealthCheckService();
+  health->SetServingStatus(true);
+  service.set_on_unhealthy([health] {
+    health->SetServingStatus(false);
+    std::cerr << "opserve: the device failed; health is NOT_SERVING" << std::endl;
+  });
+  std::cerr << "opserve: listening on " << absl::GetFlag(FLAGS_host) << ":" << port << std::endl;
+
+  signal(SIGTERM, OnSignal);
+  signal(SIGINT, OnSignal);
+  while (g_signal.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+
+  // Drain: refuse new calls, let those in flight finish, then stop the worker.
+  std::cerr << "opserve: signal " << g_signal.load() << ", draining" << std::endl;
+  health->SetServingStatus(false);
+  server->Shutdown(std::chrono::system_clock::now() +
+                   std::chrono::seconds(absl::GetFlag(FLAGS_shutdown_grace_seconds)));
+  (*worker)->Shutdown();
+  std::cerr << "opserve: stopped" << std::endl;
+  return 0;
+}
+
+}  // namespace
+}  // namespace opserve
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return opserve::Run();
+}

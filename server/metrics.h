@@ -1,0 +1,47 @@
+// Prometheus metrics, exported on --metrics_port at /metrics through prometheus-cpp.
+// Families are built once at start-up with a fixed, small label set (op, algorithm, device, rpc,
+// code, direction, kind): never shapes, names or request ids.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace opserve {
+
+class Metrics {
+ public:
+  // Starts the exposer on `bind_address` (e.g. "0.0.0.0:9464"). An empty address builds the
+  // families but serves nothing (tests, tools). `device` labels device-scoped series.
+  static absl::StatusOr<std::unique_ptr<Metrics>> Create(const std::string& bind_address,
+                                                         const std::string& device,
+                                                         const std::string& backend);
+  ~Metrics();
+
+  // One kernel launch of a node: its time, minimal bytes and FLOPs.
+  void RecordKernel(std::string_view op, std::string_view algorithm, double seconds,
+                    uint64_t bytes, uint64_t flops);
+  // One finished RPC with its final status code, e.g. ("Execute", absl::StatusCode::kOk, 0.01).
+  void RecordRequest(std::string_view rpc, absl::StatusCode code, double seconds);
+  // Time a request waited for the device worker.
+  void RecordQueue(std::string_view rpc, double seconds);
+  // Bytes moved between clients and the server: direction is "upload" or "download".
+  void RecordTransfer(std::string_view direction, uint64_t bytes);
+  void SetMemory(uint64_t used, uint64_t budget, uint64_t total);
+  void SetTensors(int64_t count);
+  void AddInflight(int64_t delta);
+
+  // The text exposition of everything registered (for tests and the CLI).
+  std::string Scrape() const;
+
+ private:
+  struct Impl;
+  explicit Metrics(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace opserve

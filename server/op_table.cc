@@ -1,0 +1,169 @@
+// THE table. Every op, and every algorithm of every backend: adding an algorithm is its kernel
+// file plus one row here. ListOps, validation, `auto` and the tests all read these rows.
+#include <algorithm>
+
+#include "server/cpu/reference.h"
+#include "server/op_defs.h"
+#include "server/ops.h"
+
+#if OPSERVE_WITH_CUDA
+#include "kernels/matmul.h"
+#include "kernels/row_reduce.h"
+#include "kernels/row_reduce_auto.h"
+#include "kernels/sum.h"
+#include "kernels/transpose.h"
+#include "server/cuda/launch.h"
+#endif
+
+namespace opserve {
+namespace {
+
+using D = DType;
+constexpr D kSumTypes[] = {D::kFloat32, D::kInt32};
+constexpr D kRowTypes[] = {D::kFloat32};
+constexpr D kTransposeTypes[] = {D::kFloat32, D::kInt32, D::kInt64, D::kBFloat16};
+constexpr D kMatmulTypes[] = {D::kFloat32, D::kBFloat16};
+
+const OpSpec kOps[] = {
+    {"sum", "full reduction to a scalar; INT32 accumulates exactly into INT64", 1, kSumTypes,
+     {}, op_defs::InferSum, op_defs::CostSum},
+    {"row_sum", "FLOAT32 [rows, cols] -> [rows], the sum of each row", 1, kRowTypes, {},
+     op_defs::InferRowReduce, op_defs::CostRowReduce},
+    {"row_mean", "FLOAT32 [rows, cols] -> [rows], the mean of each row", 1, kRowTypes, {},
+     op_defs::InferRowReduce, op_defs::CostRowReduce},
+    {"transpose", "[rows, cols] -> [cols, rows]", 1, kTransposeTypes, {},
+     op_defs::InferTranspose, op_defs::CostTranspose},
+    {"matmul", "[M, K] x [K, N] -> FLOAT32 [M, N]; BFLOAT16 inputs accumulate in FLOAT32", 2,
+     kMatmulTypes, {}, op_defs::InferMatmul, op_defs::CostMatmul},
+};
+
+const std::vector<AlgoSpec>& AlgorithmTable() {
+  static const auto* const kTable = new std::vector<AlgoSpec>{
+      // op, algorithm, backend, input dtypes, run, deterministic, default, min cc, description
+      {"sum", "reference", "cpu", {D::kFloat32, D::kInt32}, cpu::SumReference, true, true, 0,
+       "pairwise float32 / exact int64"},
+      {"row_sum", "reference", "cpu", {D::kFloat32}, cpu::RowSumReference, true, true, 0,
+       "float64 accumulation"},
+      {"row_mean", "reference", "cpu", {D::kFloat32}, cpu::RowMeanReference, true, true, 0,
+       "float64 accumulation"},
+      {"transpose", "reference", "cpu", {D::kFloat32, D::kInt32, D::kInt64, D::kBFloat16},
+       cpu::TransposeReference, true, true, 0, "64x64 cache tiles"},
+      {"matmul", "reference", "cpu", {D::kFloat32, D::kBFloat16}, cpu::MatmulReference, true, true,
+       0, "i-k-j loops, float32 accumulation, rows across threads"},
+#if OPSERVE_WITH_CUDA
+      {"sum", "two_pass", "cuda", {D::kFloat32, D::kInt32}, OPSERVE_CUDA_SUM(SumTwoPass), true,
+       false, 0, "shared-memory tree per block, then a second launch"},
+      {"sum", "warp_shuffle", "cuda", {D::kFloat32, D::kInt32}, OPSERVE_CUDA_SUM(SumWarpShuffle),
+       true, false, 0, "the last warp reduces with shuffles"},
+      {"sum", "one_pass_atomic", "cuda", {D::kFloat32, D::kInt32},
+       OPSERVE_CUDA_SUM(SumOnePassAtomic), false, false, 0, "one launch, atomics across blocks"},
+      {"sum", "vectorized", "cuda", {D::kFloat32, D::kInt32}, OPSERVE_CUDA_SUM(SumVectorized),
+       true, true, 0, "several 16-byte loads per thread in flight"},
+      {"sum", "cub", "cuda", {D::kFloat32, D::kInt32}, OPSERVE_CUDA_SUM(SumCub), true, false, 0,
+       "cub::DeviceReduce"},
+      {"row_sum", "naive", "cuda", {D::kFloat32}, OPSERVE_CUDA_ROW(RowReduceNaive, false), true,
+       false, 0, "a thread per row"},
+      {"row_sum", "block_per_row", "cuda", {D::kFloat32},
+       OPSERVE_CUDA_ROW(RowReduceBlockPerRow, false), true, true, 0,
+       "a block per row, unrolled independent loads"},
+      {"row_sum", "warp_per_row", "cuda", {D::kFloat32},
+       OPSERVE_CUDA_ROW(RowReduceWarpPerRow, false), true, false, 0, "a warp per row"},
+      {"row_sum", "cub_segmented", "cuda", {D::kFloat32},
+       OPSERVE_CUDA_ROW(RowReduceCubSegmented, false), true, false, 0,
+       "cub::DeviceSegmentedReduce"},
+      {"row_mean", "naive", "cuda", {D::kFloat32}, OPSERVE_CUDA_ROW(RowReduceNaive, true), true,
+       false, 0, "a thread per row"},
+      {"row_mean", "block_per_row", "cuda", {D::kFloat32},
+       OPSERVE_CUDA_ROW(RowReduceBlockPerRow, true), true, true, 0,
+       "a block per row, unrolled independent loads"},
+      {"row_mean", "warp_per_row", "cuda", {D::kFloat32},
+       OPSERVE_CUDA_ROW(RowReduceWarpPerRow, true), true, false, 0, "a warp per row"},
+      {"row_mean", "cub_segmented", "cuda", {D::kFloat32},
+       OPSERVE_CUDA_ROW(RowReduceCubSegmented, true), true, false, 0,
+       "cub::DeviceSegmentedReduce"},
+      {"transpose", "naive", "cuda", {D::kFloat32, D::kInt32, D::kBFloat16},
+       OPSERVE_CUDA_TRANSPOSE(TransposeNaive), true, false, 0, "a thread per element"},
+      {"transpose", "smem_tiled", "cuda", {D::kFloat32, D::kInt32, D::kBFloat16},
+       OPSERVE_CUDA_TRANSPOSE(TransposeSmemTiled), true, true, 0, "32x32 tile padded by one"},
+      {"transpose", "swizzled", "cuda", {D::kFloat32, D::kInt32, D::kBFloat16},
+       OPSERVE_CUDA_TRANSPOSE(TransposeSwizzled), true, false, 0, "32x32 tile, XOR swizzle"},
+      {"transpose", "tma", "cuda", {D::kFloat32, D::kInt32, D::kBFloat16},
+       OPSERVE_CUDA_TRANSPOSE(TransposeTma), true, false, 90,
+       "sm_90 bulk tensor copies, 128-byte swizzle"},
+      {"matmul", "naive", "cuda", {D::kFloat32, D::kBFloat16}, OPSERVE_CUDA_MATMUL(MatmulNaive),
+       true, false, 0, "a thread per output"},
+      {"matmul", "coalescing", "cuda", {D::kFloat32, D::kBFloat16},
+       OPSERVE_CUDA_MATMUL(MatmulCoalescing), true, false, 0, "coalesced global loads"},
+      {"matmul", "tiled", "cuda", {D::kFloat32, D::kBFloat16}, OPSERVE_CUDA_MATMUL(MatmulTiled),
+       true, false, 0, "shared-memory tiles"},
+      {"matmul", "tiled_register", "cuda", {D::kFloat32, D::kBFloat16},
+       OPSERVE_CUDA_MATMUL(MatmulTiledRegister), true, false, 0, "1-D register tiling"},
+      {"matmul", "block_tiled", "cuda", {D::kFloat32, D::kBFloat16},
+       OPSERVE_CUDA_MATMUL(MatmulBlockTiled), true, false, 0, "2-D register tiling"},
+      {"matmul", "block_tiled_vectorized", "cuda", {D::kFloat32, D::kBFloat16},
+       OPSERVE_CUDA_MATMUL(MatmulBlockTiledVectorized), true, false, 0,
+       "2-D register tiling, 16-byte loads"},
+      {"matmul", "tensor_core", "cuda", {D::kFloat32, D::kBFloat16},
+       OPSERVE_CUDA_MATMUL(MatmulTensorCore), true, false, 0,
+       "tensor cores: TF32 for FLOAT32, BF16 for BFLOAT16"},
+      {"matmul", "cublas", "cuda", {D::kFloat32, D::kBFloat16},
+       [](const KernelArgs& a) {
+         return cuda::RunMatmul(a, [&](auto... x) {
+           return kernels::MatmulCublas(a.env.blas_handle(), x...);
+         });
+       },
+       true, true, 0, "cuBLAS SGEMM (full FP32) / GemmEx BF16"},
+#endif
+  };
+  return *kTable;
+}
+
+#if OPSERVE_WITH_CUDA
+absl::string_view ChooseRowReduce(std::span<const TensorMeta> in, const Backend& backend) {
+  return kernels::ChooseRowReduceAlgorithm(in[0].shape[0], in[0].shape[1], backend.sm_count());
+}
+absl::string_view ChooseTranspose(std::span<const TensorMeta> in, const Backend& backend) {
+  return backend.compute_capability() >= 90 ? "tma" : "smem_tiled";
+}
+
+const AutoRule kAutoRules[] = {
+    {"row_sum", "cuda", ChooseRowReduce},
+    {"row_mean", "cuda", ChooseRowReduce},
+    {"transpose", "cuda", ChooseTranspose},
+};
+#else
+const std::span<const AutoRule> kAutoRules;
+#endif
+
+}  // namespace
+
+std::span<const OpSpec> Ops() { return kOps; }
+std::span<const AlgoSpec> Algorithms() { return AlgorithmTable(); }
+std::span<const AutoRule> AutoRules() { return kAutoRules; }
+
+const OpSpec* FindOp(absl::string_view name) {
+  for (const OpSpec& op : kOps) {
+    if (op.name == name) return &op;
+  }
+  return nullptr;
+}
+
+std::vector<const AlgoSpec*> AlgorithmsFor(absl::string_view op, const Backend& backend) {
+  std::vector<const AlgoSpec*> out;
+  for (const AlgoSpec& a : AlgorithmTable()) {
+    if (a.op == op && a.backend == backend.name() &&
+        a.min_compute_capability <= backend.compute_capability()) {
+      out.push_back(&a);
+    }
+  }
+  return out;
+}
+
+const AlgoSpec* FindAlgorithm(absl::string_view op, absl::string_view name, const Backend& backend) {
+  for (const AlgoSpec* a : AlgorithmsFor(op, backend)) {
+    if (a->name == name) return a;
+  }
+  return nullptr;
+}
+
+}  // namespace opserve

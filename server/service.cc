@@ -1,0 +1,143 @@
+#include "server/service.h"
+
+#include "absl/strings/str_cat.h"
+#include "server/executor.h"
+#include "server/grpc_status.h"
+
+namespace opserve {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double MicrosSince(Clock::time_point t) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - t).count();
+}
+
+// Deadline and cancellation, checked between nodes so abandoned work stops early.
+absl::Status CheckAlive(grpc::CallbackServerContext* ctx) {
+  if (ctx->IsCancelled()) return absl::CancelledError("the client cancelled the request");
+  if (std::chrono::system_clock::now() > ctx->deadline()) {
+    return absl::DeadlineExceededError("the request's deadline passed");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void FillTensorInfo(const StoredTensor& t, const std::string& device, v1::TensorInfo* info) {
+  info->set_name(t.name);
+  info->set_dtype(static_cast<v1::DType>(t.meta.dtype));
+  for (int64_t d : t.meta.shape) info->add_shape(d);
+  info->set_bytes(t.meta.Bytes());
+  info->set_device(device);
+}
+
+void OpServeService::RecordRpc(absl::string_view rpc, const absl::Status& s,
+                               Clock::time_point start) {
+  if (metrics_ == nullptr) return;
+  metrics_->RecordRequest(std::string_view(rpc.data(), rpc.size()), s.code(), MicrosSince(start) * 1e-6);
+}
+
+void OpServeService::UpdateStoreGauges() {
+  if (metrics_ == nullptr) return;
+  const MemoryStats m = backend_.Memory();
+  metrics_->SetMemory(m.used, m.budget, m.total);
+  metrics_->SetTensors(static_cast<int64_t>(store_.size()));
+}
+
+grpc::ServerUnaryReactor* OpServeService::DeleteTensor(grpc::CallbackServerContext* ctx,
+                                                       const v1::DeleteTensorRequest* req,
+                                                       v1::DeleteTensorResponse* resp) {
+  const auto start = Clock::now();
+  auto* reactor = ctx->DefaultReactor();
+  absl::Status s;
+  {  // our reference to the erased tensor goes before the gauges read the budget
+    auto erased = store_.Erase(req->name());
+    s = erased.status();
+    if (erased.ok()) FillTensorInfo(**erased, backend_.device(), resp->mutable_info());
+  }
+  UpdateStoreGauges();
+  RecordRpc("DeleteTensor", s, start);
+  reactor->Finish(ToGrpcStatus(s));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* OpServeService::ListTensors(grpc::CallbackServerContext* ctx,
+                                                      const v1::ListTensorsRequest*,
+                                                      v1::ListTensorsResponse* resp) {
+  const auto start = Clock::now();
+  for (const StoredTensorPtr& t : store_.List()) {
+    FillTensorInfo(*t, backend_.device(), resp->add_tensors());
+  }
+  RecordRpc("ListTensors", absl::OkStatus(), start);
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* OpServeService::ListOps(grpc::CallbackServerContext* ctx,
+                                                  const v1::ListOpsRequest*,
+                                                  v1::ListOpsResponse* resp) {
+  const auto start = Clock::now();
+  resp->set_backend(backend_.name());
+  resp->set_device(backend_.description());
+  for (const OpSpec& op : Ops()) {
+    const auto algos = AlgorithmsFor(op.name, backend_);
+    if (algos.empty()) continue;
+    v1::OpInfo* info = resp->add_ops();
+    info->set_name(std::string(op.name));
+    info->set_description(std::string(op.description));
+    for (DType d : op.dtypes) info->add_dtypes(static_cast<v1::DType>(d));
+    for (const AlgoSpec* a : algos) {
+      v1::AlgorithmInfo* ai = info->add_algorithms();
+      ai->set_name(std::string(a->name));
+      for (DType d : a->dtypes) ai->add_dtypes(static_cast<v1::DType>(d));
+      ai->set_deterministic(a->deterministic);
+      ai->set_is_default(a->is_default);
+      ai->set_description(std::string(a->description));
+      if (a->is_default) info->set_default_algorithm(std::string(a->name));
+    }
+  }
+  RecordRpc("ListOps", absl::OkStatus(), start);
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* OpServeService::Execute(grpc::CallbackServerContext* ctx,
+                                                  const v1::ExecuteRequest* req,
+                                                  v1::ExecuteResponse* resp) {
+  const auto start = Clock::now();
+  auto* reactor = ctx->DefaultReactor();
+  auto finish = [this, reactor, start, resp](absl::Status s) {
+    if (!s.ok()) resp->Clear();
+    resp->mutable_timing()->set_total_us(MicrosSince(start));
+    RecordRpc("Execute", s, start);
+    if (metrics_) metrics_->AddInflight(-1);
+    reactor->Finish(ToGrpcStatus(s));
+  };
+  if (metrics_) metrics_->AddInflight(1);
+  auto plan = BuildPlan(*req, backend_, store_, options_.limits);
+  if (!plan.ok()) {
+    finish(plan.status());
+    return reactor;
+  }
+  auto shared_plan = std::make_shared<Plan>(*std::move(plan));
+  absl::Status queued = worker_.Submit([this, ctx, resp, start, shared_plan, finish](ExecEnv& env) {
+    const double queue_us = MicrosSince(start);
+    if (metrics_) metrics_->RecordQueue("Execute", queue_us * 1e-6);
+    absl::Status s = CheckAlive(ctx);
+    if (s.ok()) {
+      ExecuteContext ec{&backend_, &env, &store_, metrics_, [ctx] { return CheckAlive(ctx); }};
+      s = ExecutePlan(*shared_plan, ec, resp);
+    }
+    resp->mutable_timing()->set_queue_us(queue_us);
+    if (!backend_.Healthy().ok() && on_unhealthy_) on_unhealthy_();
+    UpdateStoreGauges();
+    finish(s);
+  });
+  if (!queued.ok()) finish(queued);
+  return reactor;
+}
+
+}  // namespace opserve

@@ -1,0 +1,68 @@
+// The gRPC handlers of opserve.v1.OpServe (callback API). Handlers are thin: they validate and
+// plan on the gRPC thread, then hand device work to the device worker, which finishes the call.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+
+#include "opserve/v1/opserve.grpc.pb.h"
+#include "server/device_worker.h"
+#include "server/metrics.h"
+#include "server/plan.h"
+#include "server/tensor_store.h"
+
+namespace opserve {
+
+struct ServiceOptions {
+  Limits limits;
+  uint32_t default_chunk_bytes = 1 << 20;
+};
+
+class OpServeService final : public v1::OpServe::CallbackService {
+ public:
+  OpServeService(Backend& backend, TensorStore& store, DeviceWorker& worker, Metrics* metrics,
+                 ServiceOptions options)
+      : backend_(backend), store_(store), worker_(worker), metrics_(metrics), options_(options) {}
+
+  grpc::ServerReadReactor<v1::PutTensorRequest>* PutTensor(grpc::CallbackServerContext* ctx,
+                                                           v1::PutTensorResponse* resp) override;
+  grpc::ServerWriteReactor<v1::GetTensorResponse>* GetTensor(
+      grpc::CallbackServerContext* ctx, const v1::GetTensorRequest* req) override;
+  grpc::ServerUnaryReactor* DeleteTensor(grpc::CallbackServerContext* ctx,
+                                         const v1::DeleteTensorRequest* req,
+                                         v1::DeleteTensorResponse* resp) override;
+  grpc::ServerUnaryReactor* ListTensors(grpc::CallbackServerContext* ctx,
+                                        const v1::ListTensorsRequest* req,
+                                        v1::ListTensorsResponse* resp) override;
+  grpc::ServerUnaryReactor* Execute(grpc::CallbackServerContext* ctx,
+                                    const v1::ExecuteRequest* req,
+                                    v1::ExecuteResponse* resp) override;
+  grpc::ServerUnaryReactor* ListOps(grpc::CallbackServerContext* ctx,
+                                    const v1::ListOpsRequest* req,
+                                    v1::ListOpsResponse* resp) override;
+
+  // Called when a request saw the backend fail for good (a sticky device error).
+  void set_on_unhealthy(std::function<void()> f) { on_unhealthy_ = std::move(f); }
+
+  // Shared by the handlers and the transfer reactors.
+  Backend& backend() { return backend_; }
+  TensorStore& store() { return store_; }
+  Metrics* metrics() { return metrics_; }
+  const ServiceOptions& options() const { return options_; }
+  void RecordRpc(absl::string_view rpc, const absl::Status& s,
+                 std::chrono::steady_clock::time_point start);
+  void UpdateStoreGauges();
+
+ private:
+  Backend& backend_;
+  TensorStore& store_;
+  DeviceWorker& worker_;
+  Metrics* metrics_;
+  const ServiceOptions options_;
+  std::function<void()> on_unhealthy_;
+};
+
+void FillTensorInfo(const StoredTensor& t, const std::string& device, v1::TensorInfo* info);
+
+}  // namespace opserve

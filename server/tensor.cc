@@ -1,0 +1,90 @@
+#include "server/tensor.h"
+
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace opserve {
+
+bool IsValidDType(int value) { return value >= 1 && value <= 4; }
+
+uint64_t ElementSize(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+    case DType::kInt32:
+      return 4;
+    case DType::kInt64:
+      return 8;
+    case DType::kBFloat16:
+      return 2;
+    case DType::kInvalid:
+      break;
+  }
+  return 0;
+}
+
+absl::string_view DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return "FLOAT32";
+    case DType::kInt32:
+      return "INT32";
+    case DType::kInt64:
+      return "INT64";
+    case DType::kBFloat16:
+      return "BFLOAT16";
+    case DType::kInvalid:
+      break;
+  }
+  return "DTYPE_UNSPECIFIED";
+}
+
+int64_t TensorMeta::NumElements() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
+}
+
+std::string TensorMeta::DebugString() const {
+  return absl::StrCat(DTypeName(dtype), ShapeString(shape));
+}
+
+absl::Status CheckMeta(const TensorMeta& meta, uint64_t max_bytes, absl::string_view what) {
+  if (meta.dtype == DType::kInvalid) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": dtype must be FLOAT32, INT32, INT64 or BFLOAT16, got ",
+                     DTypeName(meta.dtype)));
+  }
+  if (meta.rank() > kMaxRank) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": rank must be 0..", kMaxRank,
+                                                   ", got ", meta.rank(), " (shape ",
+                                                   ShapeString(meta.shape), ")"));
+  }
+  // Multiply with an overflow check: a hostile shape must not wrap around to a small size.
+  uint64_t bytes = ElementSize(meta.dtype);
+  for (size_t i = 0; i < meta.shape.size(); ++i) {
+    const int64_t d = meta.shape[i];
+    if (d < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": dimension ", i, " must be >= 1, got ",
+                                                     d, " (shape ", ShapeString(meta.shape), ")"));
+    }
+    if (bytes > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(d)) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(what, ": shape ", ShapeString(meta.shape), " overflows 64-bit bytes"));
+    }
+    bytes *= static_cast<uint64_t>(d);
+  }
+  if (bytes > max_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(what, ": ", meta.DebugString(), " is ", bytes,
+                                                     " bytes, over the limit of ", max_bytes,
+                                                     " (--max_tensor_bytes)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace opserve

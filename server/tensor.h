@@ -1,0 +1,60 @@
+// Element types, tensor metadata and device buffers: the vocabulary of the server core.
+// Plain C++ (no protobuf): the proto's types are converted once, in validation.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+
+namespace opserve {
+
+// Values match opserve.v1.DType.
+enum class DType : int { kInvalid = 0, kFloat32 = 1, kInt32 = 2, kInt64 = 3, kBFloat16 = 4 };
+
+constexpr int kMaxRank = 4;
+
+bool IsValidDType(int value);
+uint64_t ElementSize(DType dtype);  // 0 for kInvalid
+absl::string_view DTypeName(DType dtype);
+
+struct TensorMeta {
+  DType dtype = DType::kInvalid;
+  std::vector<int64_t> shape;
+
+  int64_t NumElements() const;  // 1 for rank 0
+  uint64_t Bytes() const { return static_cast<uint64_t>(NumElements()) * ElementSize(dtype); }
+  int rank() const { return static_cast<int>(shape.size()); }
+  std::string DebugString() const;  // "FLOAT32[4096,4096]"
+  bool operator==(const TensorMeta&) const = default;
+};
+
+std::string ShapeString(const std::vector<int64_t>& shape);  // "[4096,4096]"
+
+// Checks a client-supplied dtype and shape: a known dtype, rank 0..4, every dimension >= 1, and
+// a byte count that neither overflows nor exceeds `max_bytes`. `what` names the culprit in the
+// message ("tensor 'A'", "inline tensor 'x'").
+absl::Status CheckMeta(const TensorMeta& meta, uint64_t max_bytes, absl::string_view what);
+
+// A block of backend memory (host memory on the CPU backend, device memory on CUDA). Destroying
+// it returns the memory to its pool and releases its bytes from the memory budget.
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  void* data() const { return data_; }
+  uint64_t bytes() const { return bytes_; }
+
+ protected:
+  Buffer(void* data, uint64_t bytes) : data_(data), bytes_(bytes) {}
+
+ private:
+  void* data_;
+  uint64_t bytes_;
+};
+using BufferPtr = std::shared_ptr<Buffer>;
+
+}  // namespace opserve

@@ -1,0 +1,47 @@
+// Named tensors resident on the backend's device, shared across requests.
+// Buffers are reference-counted: a graph that read a tensor keeps it alive even if it is deleted
+// or overwritten meanwhile, and a failed request never leaves a half-written tensor behind
+// because nothing is inserted until its bytes are complete.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "server/tensor.h"
+
+namespace opserve {
+
+struct StoredTensor {
+  std::string name;
+  TensorMeta meta;
+  BufferPtr buffer;
+};
+using StoredTensorPtr = std::shared_ptr<const StoredTensor>;
+
+class TensorStore {
+ public:
+  // Looks a tensor up; NOT_FOUND names it.
+  absl::StatusOr<StoredTensorPtr> Get(const std::string& name) const;
+  // Fails with ALREADY_EXISTS unless the name is free or `overwrite`.
+  absl::Status CheckFree(const std::string& name, bool overwrite) const;
+  // Inserts all tensors or none: every name is checked before any is written.
+  absl::Status InsertAll(std::vector<StoredTensorPtr> tensors, std::vector<bool> overwrite);
+  absl::StatusOr<StoredTensorPtr> Erase(const std::string& name);
+  std::vector<StoredTensorPtr> List() const;
+  size_t size() const;
+
+ private:
+  absl::Status CheckFreeLocked(const std::string& name, bool overwrite) const;
+  mutable std::mutex mu_;
+  std::map<std::string, StoredTensorPtr> tensors_;
+};
+
+// Tensor names: 1..256 bytes of [A-Za-z0-9_.:/-]; they show up in logs and messages.
+absl::Status CheckTensorName(const std::string& name, absl::string_view what);
+
+}  // namespace opserve
