@@ -35,6 +35,12 @@ class ExecEnv {
   virtual ~ExecEnv() = default;
   virtual void* stream() { return nullptr; }       // cudaStream_t on CUDA
   virtual void* blas_handle() { return nullptr; }  // cublasHandle_t on CUDA
+  // Memory for a node's output or an inline input, ordered on this context's stream: it is
+  // usable by the next launch at once, and a buffer dropped mid-request is reused only after
+  // the launches queued before the drop. Charged to the backend's budget.
+  virtual absl::StatusOr<BufferPtr> Allocate(uint64_t bytes) = 0;
+  // Copies host bytes into `dst`, in stream order. `src` must stay valid until Finish().
+  virtual absl::Status CopyIn(Buffer& dst, const void* src, uint64_t bytes) = 0;
   // Scratch memory that lives until Finish().
   virtual absl::StatusOr<void*> Scratch(uint64_t bytes) = 0;
   // Brackets node `i`'s kernels for timing (CUDA events or the host clock).
@@ -71,8 +77,8 @@ class Backend {
 
   // Memory charged to the budget; RESOURCE_EXHAUSTED when it would not fit.
   virtual absl::StatusOr<BufferPtr> Allocate(uint64_t bytes) = 0;
-  // Blocking copies between host memory and a buffer.
-  virtual absl::Status CopyIn(Buffer& dst, uint64_t offset, const void* src, uint64_t bytes) = 0;
+  // A blocking copy from a buffer no device work is still writing (a stored tensor, or an
+  // output after ExecEnv::Finish).
   virtual absl::Status CopyOut(const Buffer& src, uint64_t offset, void* dst,
                                uint64_t bytes) = 0;
   virtual std::unique_ptr<Uploader> NewUploader(BufferPtr dst) = 0;

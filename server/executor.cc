@@ -33,12 +33,12 @@ absl::Status ExecutePlan(const Plan& plan, const ExecuteContext& ctx,
     for (const PlanInput& in : n.inputs) {
       if (in.source != PlanInput::Source::kInline || inline_buffers[in.index]) continue;
       const PlanInline& pi = plan.inlines[in.index];
-      auto buffer = backend.Allocate(pi.meta.Bytes());
+      auto buffer = ctx.env->Allocate(pi.meta.Bytes());
       if (!buffer.ok()) {
         return absl::Status(buffer.status().code(), absl::StrCat("inline tensor '", pi.name,
                                                                   "': ", buffer.status().message()));
       }
-      RETURN_IF_ERROR(backend.CopyIn(**buffer, 0, pi.data->data(), pi.data->size()));
+      RETURN_IF_ERROR(ctx.env->CopyIn(**buffer, pi.data->data(), pi.data->size()));
       inline_buffers[in.index] = *std::move(buffer);
     }
   }
@@ -58,7 +58,7 @@ absl::Status ExecutePlan(const Plan& plan, const ExecuteContext& ctx,
     if (ctx.check_alive) {
       if (auto s = ctx.check_alive(); !s.ok()) return at(s);
     }
-    auto out = backend.Allocate(n.output.Bytes());
+    auto out = ctx.env->Allocate(n.output.Bytes());
     if (!out.ok()) return at(out.status());
     outputs[i] = *std::move(out);
     ptrs.clear();

@@ -30,6 +30,12 @@ class HostBuffer final : public Buffer {
 
 class CpuExecEnv final : public ExecEnv {
  public:
+  explicit CpuExecEnv(Backend* backend) : backend_(backend) {}
+  absl::StatusOr<BufferPtr> Allocate(uint64_t bytes) override { return backend_->Allocate(bytes); }
+  absl::Status CopyIn(Buffer& dst, const void* src, uint64_t bytes) override {
+    std::memcpy(dst.data(), src, bytes);
+    return absl::OkStatus();
+  }
   absl::StatusOr<void*> Scratch(uint64_t bytes) override {
     scratch_.emplace_back(new char[bytes]);
     return scratch_.back().get();
@@ -54,6 +60,7 @@ class CpuExecEnv final : public ExecEnv {
     return marks_;
   }
   std::vector<std::pair<Clock::time_point, Clock::time_point>> marks_;
+  Backend* backend_;
   std::vector<std::unique_ptr<char[]>> scratch_;
 };
 
@@ -92,10 +99,6 @@ class CpuBackend final : public Backend {
     }
     return std::make_shared<HostBuffer>(p, bytes, &budget_);
   }
-  absl::Status CopyIn(Buffer& dst, uint64_t offset, const void* src, uint64_t bytes) override {
-    std::memcpy(static_cast<char*>(dst.data()) + offset, src, bytes);
-    return absl::OkStatus();
-  }
   absl::Status CopyOut(const Buffer& src, uint64_t offset, void* dst, uint64_t bytes) override {
     std::memcpy(dst, static_cast<const char*>(src.data()) + offset, bytes);
     return absl::OkStatus();
@@ -104,7 +107,7 @@ class CpuBackend final : public Backend {
     return std::make_unique<CpuUploader>(std::move(dst));
   }
   absl::StatusOr<std::unique_ptr<ExecEnv>> NewExecEnv() override {
-    return std::make_unique<CpuExecEnv>();
+    return std::make_unique<CpuExecEnv>(this);
   }
   MemoryStats Memory() const override {
     const uint64_t total =

@@ -1,0 +1,60 @@
+// matmul, step 2 of siboehm's SGEMM_CUDA: global memory coalescing.
+//
+// Same one-thread-per-output work as the naive kernel, but the 32 threads of a warp now cover 32
+// consecutive COLUMNS of one row of C: their B loads fall in one 128-byte line, their A load is a
+// broadcast of one element, and their C stores are one coalesced line.
+#include "kernels/matmul.h"
+#include "kernels/matmul_common.cuh"
+
+namespace opserve::kernels {
+namespace {
+
+using matmul::TileCoord;
+
+constexpr int kTile = 32;  // a block covers a kTile x kTile patch of C
+constexpr int kThreads = kTile * kTile;
+static_assert(kThreads <= 1024, "one thread per element of the block's patch");
+static_assert(kTile == 32, "a warp must span exactly one row of the patch");
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    matmul_coalescing_kernel(const T* __restrict__ d_a, const T* __restrict__ d_b,
+                             float* __restrict__ d_c, int64_t m, int64_t n, int64_t k,
+                             int64_t tiles_m) {
+  const TileCoord tile = matmul::PlainTile(tiles_m);
+  const int64_t row = tile.m * kTile + threadIdx.x / kTile;
+  const int64_t col = tile.n * kTile + threadIdx.x % kTile;  // lanes walk columns: coalesced
+  if (row >= m || col >= n) return;
+  const T* a_row = d_a + row * k;
+  const T* b_col = d_b + col;
+  float acc = 0.0f;
+  for (int64_t i = 0; i < k; ++i) {
+    acc += matmul::ToFloat(a_row[i]) * matmul::ToFloat(b_col[i * n]);
+  }
+  d_c[row * n + col] = acc;
+}
+
+template <typename T>
+cudaError_t Launch(const T* d_a, const T* d_b, float* d_c, int64_t m, int64_t n, int64_t k,
+                   cudaStream_t stream) {
+  if (m <= 0 || n <= 0) return cudaSuccess;
+  const int64_t tiles = matmul::TileCount(m, n, kTile, kTile);
+  if (tiles == 0) return cudaErrorInvalidValue;
+  matmul_coalescing_kernel<<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(
+      d_a, d_b, d_c, m, n, k, CeilDiv<int64_t>(m, kTile));
+  return LastLaunchError();
+}
+
+}  // namespace
+
+cudaError_t MatmulCoalescing(const float* d_a, const float* d_b, float* d_c, int64_t m,
+                             int64_t n, int64_t k, cudaStream_t stream) {
+  return Launch(d_a, d_b, d_c, m, n, k, stream);
+}
+
+cudaError_t MatmulCoalescing(const bf16_bits* d_a, const bf16_bits* d_b, float* d_c, int64_t m,
+                             int64_t n, int64_t k, cudaStream_t stream) {
+  return Launch(matmul::AsDevice(d_a), matmul::AsDevice(d_b), d_c, m, n, k, stream);
+}
+
+}  // namespace opserve::kernels

@@ -1,0 +1,48 @@
+// matmul through cuBLAS: the reference the hand-written kernels are measured against.
+//
+// cuBLAS is column-major. A row-major M x N matrix is the same memory as a column-major N x M
+// one (its transpose), so row-major C = A * B is computed as column-major C^T = B^T * A^T:
+// gemm(N, M, K, B with ld N, A with ld K, C with ld N), no transposes.
+//   FLOAT32:  cublasSgemm in the handle's math mode. The server creates the handle with the
+//             default mode, which keeps full FP32 (no TF32 tensor cores).
+//   BFLOAT16: cublasGemmEx with bf16 inputs, float32 output and CUBLAS_COMPUTE_32F.
+// The _64 entry points take int64 sizes, so no dimension is truncated.
+#include <cublas_v2.h>
+
+#include "kernels/matmul.h"
+
+namespace opserve::kernels {
+namespace {
+
+cudaError_t ToCudaError(cublasStatus_t status) {
+  return status == CUBLAS_STATUS_SUCCESS ? cudaSuccess : cudaErrorUnknown;
+}
+
+}  // namespace
+
+cudaError_t MatmulCublas(void* cublas_handle, const float* d_a, const float* d_b, float* d_c,
+                         int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
+  if (m <= 0 || n <= 0) return cudaSuccess;
+  auto handle = static_cast<cublasHandle_t>(cublas_handle);
+  if (cublasSetStream(handle, stream) != CUBLAS_STATUS_SUCCESS) return cudaErrorUnknown;
+  const float alpha = 1.0f;
+  const float beta = 0.0f;
+  // cuBLAS's (A, B) are our (B, A).
+  return ToCudaError(cublasSgemm_64(handle, CUBLAS_OP_N, CUBLAS_OP_N, /*m=*/n, /*n=*/m, k, &alpha,
+                                    d_b, /*lda=*/n, d_a, /*ldb=*/k, &beta, d_c, /*ldc=*/n));
+}
+
+cudaError_t MatmulCublas(void* cublas_handle, const bf16_bits* d_a, const bf16_bits* d_b,
+                         float* d_c, int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
+  if (m <= 0 || n <= 0) return cudaSuccess;
+  auto handle = static_cast<cublasHandle_t>(cublas_handle);
+  if (cublasSetStream(handle, stream) != CUBLAS_STATUS_SUCCESS) return cudaErrorUnknown;
+  const float alpha = 1.0f;
+  const float beta = 0.0f;
+  return ToCudaError(cublasGemmEx_64(handle, CUBLAS_OP_N, CUBLAS_OP_N, /*m=*/n, /*n=*/m, k, &alpha,
+                                     d_b, CUDA_R_16BF, /*lda=*/n, d_a, CUDA_R_16BF, /*ldb=*/k,
+                                     &beta, d_c, CUDA_R_32F, /*ldc=*/n, CUBLAS_COMPUTE_32F,
+                                     CUBLAS_GEMM_DEFAULT));
+}
+
+}  // namespace opserve::kernels

@@ -1,0 +1,511 @@
+// matmul on Hopper's tensor cores: wgmma (sm_90a) fed by TMA, warp-specialized. The large-shape
+// path of MatmulTensorCore (kernels/matmul_tensor_core.cu), which keeps mma.sync for the rest.
+//
+// Orientation. TF32 wgmma accepts only K-major operands in shared memory, and our B (row-major
+// K x N) is N-major. So the kernel computes the transposed product, D = C^T = B^T A^T:
+//   - wgmma's A operand is B^T (64 columns of C x K), taken from REGISTERS: a warp loads its 16
+//     rows of B^T from the shared B tile with ordinary loads (tf32; rounded with cvt.rna.tf32.f32
+//     on the way) or ldmatrix.trans (bf16);
+//   - wgmma's B operand is A^T (K x 256 rows of C), read by wgmma straight from the shared A tile,
+//     which TMA writes K-major with the 128-byte swizzle, the canonical layout;
+//   - each consumer thread ends with 128 accumulators of D = C^T and stores them transposed.
+// The same orientation serves bf16 (which could take MN-major operands) so both share one kernel.
+//
+// TF32 rounding: wgmma ignores the low 13 bits of a tf32 operand (truncation, ~2x the error of
+// round-to-nearest, and biased). The register operand is rounded with cvt.rna as it is loaded;
+// the shared operand (the A tile) is rounded in place by the consumers once per stage, then made
+// visible to the tensor cores with fence.proxy.async and a barrier of the consumer threads.
+//
+// Block: 3 warpgroups. Warpgroup 0 is the producer (one thread issues the TMA copies of a
+// kStages-deep ring of A and B tiles, ordered by full/empty mbarriers); warpgroups 1 and 2 are
+// consumers, each owning 64 columns x 256 rows of the block's 256 x 128 tile of C. setmaxnreg
+// moves registers from the producer to the consumers (128 accumulators each).
+//
+// Built for sm_90a only: the project's plain sm_90 pass compiles an empty kernel body, and the
+// host side checks that the kernel it would launch is the sm_90a one (see KernelIsSm90a).
+#include <cuda.h>  // CUtensorMap and its enums only: the driver entry point is fetched at run time
+#include <cudaTypedefs.h>
+
+#include <atomic>
+#include <climits>
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/matmul.h"
+#include "kernels/matmul_common.cuh"
+
+namespace opserve::kernels::matmul {
+namespace {
+
+constexpr int kBM = 256;          // rows of C per block = wgmma N (its largest)
+constexpr int kWgCols = 64;       // columns of C per consumer warpgroup = wgmma M
+constexpr int kConsumers = 2;     // consumer warpgroups
+constexpr int kBN = kConsumers * kWgCols;  // columns of C per block
+constexpr int kThreads = 128 * (kConsumers + 1);
+constexpr int kConsumerThreads = 128 * kConsumers;
+constexpr int kStages = 4;        // depth of the TMA ring (4 x 48 KiB)
+constexpr int kSwizzleBytes = 128;  // TMA / wgmma 128-byte swizzle: one K row of a tile
+constexpr int kSwizzleAtomBytes = 8 * kSwizzleBytes;  // 8 rows: the swizzle pattern's period
+constexpr int kAccRegs = kWgCols * kBM / 128;  // accumulators per consumer thread
+constexpr int kProducerRegs = 40;
+constexpr int kConsumerRegs = 232;
+static_assert(kWgCols == 64, "wgmma's M is 64");
+static_assert(kBM % 8 == 0 && kBM <= 256, "wgmma's N is a multiple of 8, at most 256");
+static_assert(kAccRegs == 128, "the wgmma wrappers below are written for m64n256 (128 regs)");
+static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= 65536,
+              "setmaxnreg budgets must fit the register file");
+static_assert(kProducerRegs % 8 == 0 && kConsumerRegs % 8 == 0, "setmaxnreg takes multiples of 8");
+
+template <typename T>
+struct Sm90Layout {
+  static constexpr int kElemBytes = sizeof(T);
+  static constexpr int kBK = kSwizzleBytes / kElemBytes;  // K per stage: 32 tf32 / 64 bf16
+  static constexpr int kMmaK = 32 / kElemBytes;           // K per wgmma: 8 tf32 / 16 bf16
+  static constexpr int kKSteps = kBK / kMmaK;
+  static constexpr int kAStageBytes = kBM * kSwizzleBytes;  // [kBM rows][128 bytes of K]
+  // B is N-major; TMA's 128-byte swizzle allows boxes at most 128 bytes wide, so a stage of B
+  // is kBPanels panels of [kBK rows][kBPanelCols columns].
+  static constexpr int kBPanelCols = kSwizzleBytes / kElemBytes;
+  static constexpr int kBPanels = kBN / kBPanelCols;
+  static constexpr int kBPanelBytes = kBK * kSwizzleBytes;
+  static constexpr int kBStageBytes = kBPanels * kBPanelBytes;
+  static constexpr int kStageBytes = kAStageBytes + kBStageBytes;
+  // + one swizzle atom of slack: the ring is aligned up to 1024 bytes at run time.
+  static constexpr int kSmemBytes = kStages * kStageBytes + kSwizzleAtomBytes;
+
+  static_assert(kKSteps * kMmaK == kBK, "wgmma steps must tile the stage's K");
+  static_assert(kBN % kBPanelCols == 0, "B panels must tile the block's columns");
+  static_assert(kBPanelCols % 16 == 0, "a warp's 16 fragment rows must lie in one B panel");
+  static_assert(kAStageBytes % kSwizzleAtomBytes == 0 && kBPanelBytes % kSwizzleAtomBytes == 0,
+                "every swizzled tile must start on a 1024-byte boundary");
+  static_assert(kAStageBytes % (16 * kConsumerThreads) == 0,
+                "the in-place tf32 rounding splits the A tile evenly over the consumers");
+  static_assert(kSmemBytes <= 227 * 1024, "the ring must fit in one block's shared memory");
+};
+
+// ------------------------------------------------------------------------------------------
+// Device side. Everything that names wgmma / setmaxnreg exists only in the sm_90a pass.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+constexpr int kGroupM = 8;        // tile rows per L2-friendly group of blocks
+constexpr int kRoundBarrier = 1;  // named barrier of the consumer threads (0 is __syncthreads)
+
+__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void MbarInit(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void MbarArriveExpectTx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void MbarArrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (done == 0);
+}
+
+// 2-D TMA copy of one box into shared memory, completing on `bar` (transaction bytes).
+__device__ __forceinline__ void TmaLoad2d(const CUtensorMap* map, uint32_t dst, uint32_t bar,
+                                          int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4}], [%2];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1)
+      : "memory");
+}
+
+__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+__device__ __forceinline__ uint32_t LdShared32(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(addr));
+  return v;
+}
+
+__device__ __forceinline__ uint32_t ToTf32(uint32_t bits) {
+  uint32_t out;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(out) : "f"(__uint_as_float(bits)));
+  return out;
+}
+
+// Shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format") for a K-major tile in
+// the 128-byte swizzle: start address, leading byte offset (unused by swizzled K-major layouts;
+// 16 by convention), stride byte offset 1024 (from one 8-row group to the next), swizzle mode 1.
+__device__ __forceinline__ uint64_t SwizzledKMajorDesc(uint32_t smem_addr) {
+  constexpr uint64_t kLeadingBytes = 16;
+  constexpr uint64_t kStrideBytes = kSwizzleAtomBytes;
+  constexpr uint64_t kSwizzle128B = 1;
+  return static_cast<uint64_t>((smem_addr & 0x3FFFF) >> 4) | ((kLeadingBytes >> 4) << 16) |
+         ((kStrideBytes >> 4) << 32) | (kSwizzle128B << 62);
+}
+
+__device__ __forceinline__ void WgmmaFence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void WgmmaCommit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void WgmmaWaitAll() {
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+// Ties the accumulators to this point of the program so that the compiler neither reads them
+// before a wgmma.wait_group nor moves them between registers across an asynchronous wgmma.
+__device__ __forceinline__ void FenceAccumulators(float (&d)[kAccRegs]) {
+#pragma unroll
+  for (int i = 0; i < kAccRegs; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+#define OPSERVE_WGMMA_D_LIST                                               \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, "  \
+  "%30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "  \
+  "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, "  \
+  "%58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, "  \
+  "%72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, "  \
+  "%86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, "  \
+  "%100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+  "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, " \
+  "%124, %125, %126, %127}"
+#define OPSERVE_D8(i)                                                                 \
+  "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), \
+      "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+#define OPSERVE_WGMMA_D_OPERANDS                                                         \
+  OPSERVE_D8(0), OPSERVE_D8(8), OPSERVE_D8(16), OPSERVE_D8(24), OPSERVE_D8(32),          \
+      OPSERVE_D8(40), OPSERVE_D8(48), OPSERVE_D8(56), OPSERVE_D8(64), OPSERVE_D8(72),    \
+      OPSERVE_D8(80), OPSERVE_D8(88), OPSERVE_D8(96), OPSERVE_D8(104), OPSERVE_D8(112), \
+      OPSERVE_D8(120)
+
+// D[64 x 256] += A[64 x k] (registers, mma-style fragment) * B[k x 256] (shared, K-major).
+// scale-d is always 1: the accumulators start at zero.
+__device__ __forceinline__ void WgmmaRs(float (&d)[kAccRegs], const uint32_t (&a)[4],
+                                        uint64_t b_desc, float) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 " OPSERVE_WGMMA_D_LIST
+      ", {%128, %129, %130, %131}, %132, p, 1, 1;\n}\n"
+      : OPSERVE_WGMMA_D_OPERANDS
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc));
+}
+__device__ __forceinline__ void WgmmaRs(float (&d)[kAccRegs], const uint32_t (&a)[4],
+                                        uint64_t b_desc, __nv_bfloat16) {
+  // The last immediate is imm-trans-b = 0: B is K-major.
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " OPSERVE_WGMMA_D_LIST
+      ", {%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}\n"
+      : OPSERVE_WGMMA_D_OPERANDS
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc));
+}
+
+#undef OPSERVE_WGMMA_D_OPERANDS
+#undef OPSERVE_D8
+#undef OPSERVE_WGMMA_D_LIST
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads, 1)
+    matmul_tensor_core_sm90a_kernel(const __grid_constant__ CUtensorMap a_map,
+                                    const __grid_constant__ CUtensorMap b_map,
+                                    float* __restrict__ d_c, int m, int n, int k, int tiles_m,
+                                    int tiles_n) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using L = Sm90Layout<T>;
+  extern __shared__ unsigned char smem_raw[];
+  __shared__ __align__(8) uint64_t full_bar[kStages];   // "stage s holds chunk kt" (TMA bytes)
+  __shared__ __align__(8) uint64_t empty_bar[kStages];  // "consumers are done with stage s"
+
+  // The swizzled tiles and their descriptors assume 1024-byte aligned stages.
+  const uint32_t ring = (SmemAddr(smem_raw) + kSwizzleAtomBytes - 1) & ~(kSwizzleAtomBytes - 1u);
+  auto a_stage = [&](int s) { return ring + s * L::kStageBytes; };
+  auto b_stage = [&](int s) { return ring + s * L::kStageBytes + L::kAStageBytes; };
+  auto full = [&](int s) { return SmemAddr(&full_bar[s]); };
+  auto empty = [&](int s) { return SmemAddr(&empty_bar[s]); };
+
+  const TileCoord tile = GroupedTile(tiles_m, tiles_n, kGroupM);
+  const int m0 = static_cast<int>(tile.m) * kBM;
+  const int n0 = static_cast<int>(tile.n) * kBN;
+  const int k_tiles = (k + L::kBK - 1) / L::kBK;
+  const int warpgroup = threadIdx.x / 128;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      MbarInit(full(s), 1);                   // the producer's arrive.expect_tx
+      MbarInit(empty(s), kConsumerThreads);   // every consumer thread arrives
+    }
+    // Make the initialised barriers visible to the async proxy (TMA's complete_tx).
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    // ---- Producer. One thread issues all copies; the rest of the warpgroup has nothing to do.
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+    if (threadIdx.x == 0) {
+      for (int kt = 0; kt < k_tiles; ++kt) {
+        const int s = kt % kStages;
+        const int round = kt / kStages;
+        // Reuse of a stage waits for the consumers to release its previous chunk.
+        if (round > 0) MbarWait(empty(s), (round - 1) & 1);
+        MbarArriveExpectTx(full(s), L::kStageBytes);
+        // Boxes past M, N or K are zero-filled by TMA and still count their full bytes.
+        TmaLoad2d(&a_map, a_stage(s), full(s), kt * L::kBK, m0);
+#pragma unroll
+        for (int p = 0; p < L::kBPanels; ++p) {
+          TmaLoad2d(&b_map, b_stage(s) + p * L::kBPanelBytes, full(s), n0 + p * L::kBPanelCols,
+                    kt * L::kBK);
+        }
+      }
+    }
+    return;
+  }
+
+  // ---- Consumers.
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
+  const int consumer = warpgroup - 1;
+  const int ct = threadIdx.x % 128;  // thread within the consumer warpgroup
+  const int warp = ct / 32;
+  const int lane = ct % 32;
+  const int group = lane / 4;  // fragment row within the warp's 16 (and +8)
+  const int quad = lane % 4;
+  // This warp's 16 rows of D = C^T are columns n0 + col_base .. +15 of C.
+  const int col_base = consumer * kWgCols + warp * 16;
+
+  // Byte offset inside a B stage of element (kk, col) of the block's B tile (swizzled panels).
+  auto b_offset = [](int kk, int col) {
+    const int panel = col / L::kBPanelCols;
+    const int chunk = (col % L::kBPanelCols) * L::kElemBytes / 16;
+    const int in_chunk = (col * L::kElemBytes) % 16;
+    return panel * L::kBPanelBytes + kk * kSwizzleBytes + ((chunk ^ (kk % 8)) << 4) + in_chunk;
+  };
+
+  // Wait until chunk kt has landed; for tf32, round its A tile to tf32 in place.
+  auto prepare = [&](int kt) {
+    const int s = kt % kStages;
+    MbarWait(full(s), (kt / kStages) & 1);
+    if constexpr (std::is_same_v<T, float>) {
+      constexpr int kVectors = L::kAStageBytes / 16 / kConsumerThreads;
+      const uint32_t base = a_stage(s) + (consumer * 128 + ct) * 16;
+#pragma unroll
+      for (int i = 0; i < kVectors; ++i) {
+        const uint32_t addr = base + i * kConsumerThreads * 16;
+        uint32_t x, y, z, w;
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(x), "=r"(y), "=r"(z), "=r"(w)
+                     : "r"(addr));
+        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(ToTf32(x)),
+                     "r"(ToTf32(y)), "r"(ToTf32(z)), "r"(ToTf32(w))
+                     : "memory");
+      }
+      // The tensor cores read this tile through the async proxy: fence the generic stores, then
+      // wait for both consumer warpgroups to finish their halves.
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      asm volatile("bar.sync %0, %1;\n" ::"n"(kRoundBarrier), "n"(kConsumerThreads) : "memory");
+    }
+  };
+
+  float acc[kAccRegs];
+#pragma unroll
+  for (int i = 0; i < kAccRegs; ++i) acc[i] = 0.0f;
+
+  if (k_tiles > 0) prepare(0);
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    const int s = kt % kStages;
+    // The register operand: rows col_base + group (+8) of B^T, K steps of kMmaK.
+    uint32_t frag[L::kKSteps][4];
+    const uint32_t b_base = b_stage(s);
+#pragma unroll
+    for (int ks = 0; ks < L::kKSteps; ++ks) {
+      if constexpr (std::is_same_v<T, float>) {
+        // a0 = (row g, k t), a1 = (row g+8, k t), a2 = (row g, k t+4), a3 = (row g+8, k t+4).
+        const int kk = ks * L::kMmaK + quad;
+        const int col = col_base + group;
+        frag[ks][0] = ToTf32(LdShared32(b_base + b_offset(kk, col)));
+        frag[ks][1] = ToTf32(LdShared32(b_base + b_offset(kk, col + 8)));
+        frag[ks][2] = ToTf32(LdShared32(b_base + b_offset(kk + 4, col)));
+        frag[ks][3] = ToTf32(LdShared32(b_base + b_offset(kk + 4, col + 8)));
+      } else {
+        // ldmatrix.trans, matrix j = lane / 8: columns col_base + (j & 1) * 8 .. +7 and K rows
+        // ks * 16 + (j >> 1) * 8 .. +7, which yields a0..a3 of the 16x16 bf16 fragment.
+        const int j = lane / 8;
+        const int kk = ks * L::kMmaK + (j >> 1) * 8 + lane % 8;
+        const int col = col_base + (j & 1) * 8;
+        LdMatrixX4Trans(frag[ks], b_base + b_offset(kk, col));
+      }
+    }
+
+    WgmmaFence();
+    FenceAccumulators(acc);
+#pragma unroll
+    for (int ks = 0; ks < L::kKSteps; ++ks) {
+      // K step ks starts 32 bytes further into each 128-byte swizzled row of the A tile.
+      WgmmaRs(acc, frag[ks], SwizzledKMajorDesc(a_stage(s) + ks * 32), T{});
+    }
+    WgmmaCommit();
+    // Overlap the wait (and tf32 rounding) of the next chunk with these wgmmas.
+    if (kt + 1 < k_tiles) prepare(kt + 1);
+    WgmmaWaitAll();
+    FenceAccumulators(acc);
+    MbarArrive(empty(s));
+  }
+
+  // ---- Epilogue. acc[4j + r] is D[row][col] with row = group + 8 * (r / 2) of this warp's 16
+  // and col = 8j + 2 * quad + r % 2 of the 256: C[m0 + col][n0 + col_base + row]. Per store a
+  // warp writes 4 rows x 32 contiguous bytes of C.
+#pragma unroll
+  for (int j = 0; j < kAccRegs / 4; ++j) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int row = m0 + 8 * j + 2 * quad + r % 2;
+      const int col = n0 + col_base + group + 8 * (r / 2);
+      if (row < m && col < n) d_c[static_cast<int64_t>(row) * n + col] = acc[4 * j + r];
+    }
+  }
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+}
+
+// ------------------------------------------------------------------------------------------
+// Host side.
+
+using EncodeTiledFn = PFN_cuTensorMapEncodeTiled_v12000;
+
+// cuTensorMapEncodeTiled lives in the driver, which the project never links directly.
+EncodeTiledFn EncodeTiled() {
+  static const EncodeTiledFn fn = []() -> EncodeTiledFn {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();  // not fatal: the mma.sync path runs instead
+      return nullptr;
+    }
+    return reinterpret_cast<EncodeTiledFn>(p);
+  }();
+  return fn;
+}
+
+template <typename T>
+constexpr CUtensorMapDataType kTmaType =
+    std::is_same_v<T, float> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+
+// Row-major [rows][cols] matrix, boxes of [box_rows][box_cols] in the 128-byte swizzle.
+template <typename T>
+bool MakeTensorMap(CUtensorMap* map, const T* base, int64_t rows, int64_t cols, int box_rows,
+                   int box_cols) {
+  const EncodeTiledFn encode = EncodeTiled();
+  if (encode == nullptr) return false;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * sizeof(T)};  // bytes, row 1+
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  return encode(map, kTmaType<T>, 2, const_cast<T*>(base), dims, strides, box, element_strides,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;  // OOB reads as zero
+}
+
+// Per device and dtype: 0 = not checked yet, 1 = usable, -1 = not usable.
+constexpr int kMaxDevices = 64;
+std::atomic<int> g_device_state[2][kMaxDevices];
+
+// The project's plain sm_90 pass compiles this file too, with an empty kernel body. On a
+// compute capability 9.0 device the loader should pick the sm_90a cubin; make sure it did by
+// the register count of the loaded kernel (the real one holds 128 accumulators a thread).
+constexpr int kMinRegsOfRealKernel = 64;
+
+template <typename T>
+bool DeviceReady() {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  std::atomic<int>& state = g_device_state[sizeof(T) == 4 ? 0 : 1][device];
+  const int known = state.load(std::memory_order_acquire);
+  if (known != 0) return known > 0;
+
+  using L = Sm90Layout<T>;
+  bool ok = false;
+  int major = 0, minor = 0, smem_optin = 0;
+  cudaFuncAttributes attr{};
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess &&
+      cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) ==
+          cudaSuccess &&
+      major == 9 && minor == 0 && smem_optin >= L::kSmemBytes && EncodeTiled() != nullptr &&
+      cudaFuncGetAttributes(&attr, matmul_tensor_core_sm90a_kernel<T>) == cudaSuccess &&
+      attr.numRegs >= kMinRegsOfRealKernel &&
+      cudaFuncSetAttribute(matmul_tensor_core_sm90a_kernel<T>,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           L::kSmemBytes) == cudaSuccess) {
+    ok = true;
+  }
+  if (!ok) (void)cudaGetLastError();  // a failed probe must not surface as a launch error
+  state.store(ok ? 1 : -1, std::memory_order_release);
+  return ok;
+}
+
+// Below these sizes the 128 x 128 mma.sync kernel fills the GPU better than 256 x 128 tiles.
+constexpr int64_t kMinTiles = 128;
+constexpr int64_t kMinK = 256;
+
+template <typename T>
+cudaError_t Launch(const T* d_a, const T* d_b, float* d_c, int64_t m, int64_t n, int64_t k,
+                   cudaStream_t stream) {
+  using L = Sm90Layout<T>;
+  CUtensorMap a_map, b_map;
+  if (!MakeTensorMap(&a_map, d_a, m, k, kBM, L::kBK) ||
+      !MakeTensorMap(&b_map, d_b, k, n, L::kBK, L::kBPanelCols)) {
+    return cudaErrorInvalidValue;
+  }
+  const int64_t tiles_m = CeilDiv<int64_t>(m, kBM);
+  const int64_t tiles_n = CeilDiv<int64_t>(n, kBN);
+  matmul_tensor_core_sm90a_kernel<T>
+      <<<static_cast<unsigned>(tiles_m * tiles_n), kThreads, L::kSmemBytes, stream>>>(
+          a_map, b_map, d_c, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
+          static_cast<int>(tiles_m), static_cast<int>(tiles_n));
+  return LastLaunchError();
+}
+
+}  // namespace
+
+bool Sm90aTensorCoreSuits(const void* d_a, const void* d_b, int64_t m, int64_t n, int64_t k,
+                          int elem_bytes) {
+  // TMA: 16-byte aligned bases and row strides; int32 coordinates.
+  if (!IsAligned(d_a, 16) || !IsAligned(d_b, 16)) return false;
+  if ((k * elem_bytes) % 16 != 0 || (n * elem_bytes) % 16 != 0) return false;
+  if (m <= 0 || n <= 0 || k < kMinK || m > INT_MAX || n > INT_MAX || k > INT_MAX) return false;
+  const int64_t tiles = CeilDiv<int64_t>(m, kBM) * CeilDiv<int64_t>(n, kBN);
+  if (tiles < kMinTiles || tiles > INT_MAX) return false;
+  return elem_bytes == 4 ? DeviceReady<float>() : DeviceReady<__nv_bfloat16>();
+}
+
+cudaError_t MatmulTensorCoreSm90a(const float* d_a, const float* d_b, float* d_c, int64_t m,
+                                  int64_t n, int64_t k, cudaStream_t stream) {
+  return Launch(d_a, d_b, d_c, m, n, k, stream);
+}
+
+cudaError_t MatmulTensorCoreSm90a(const __nv_bfloat16* d_a, const __nv_bfloat16* d_b, float* d_c,
+                                  int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
+  return Launch(d_a, d_b, d_c, m, n, k, stream);
+}
+
+}  // namespace opserve::kernels::matmul

@@ -1,0 +1,31 @@
+// Private helpers shared by the transpose algorithms (kernels/transpose_*.cu).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/common.h"
+
+namespace opserve::kernels::transpose_detail {
+
+// Hardware limits on the grid: gridDim.x up to 2^31 - 1, gridDim.y up to 65535. Tiled kernels
+// put column tiles on x and row tiles on y and loop over whatever does not fit, so any
+// rows, cols >= 1 (rows * cols past 2^31 included) is covered.
+inline constexpr int64_t kMaxGridX = 2147483647;
+inline constexpr int64_t kMaxGridY = 65535;
+
+inline dim3 TileGrid(int64_t tiles_x, int64_t tiles_y) {
+  return dim3(static_cast<unsigned>(std::min(tiles_x, kMaxGridX)),
+              static_cast<unsigned>(std::min(tiles_y, kMaxGridY)), 1);
+}
+
+// Launchers only guard against what would corrupt memory (shapes and dtypes are validated by the
+// server before launch): null pointers, non-positive sizes, an element size we have no kernel for.
+inline bool ArgsOk(const void* d_in, const void* d_out, int64_t rows, int64_t cols, int elem_bytes) {
+  return d_in != nullptr && d_out != nullptr && rows >= 1 && cols >= 1 &&
+         (elem_bytes == 2 || elem_bytes == 4);
+}
+
+}  // namespace opserve::kernels::transpose_detail

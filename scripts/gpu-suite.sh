@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The GPU suite, on a machine with an NVIDIA GPU: every op x algorithm x dtype against the CPU
+# reference (gpu_test), then the end-to-end service tests against the CUDA backend (e2e_test
+# with OPSERVE_TEST_DEVICE=cuda), then compute-sanitizer memcheck and racecheck over a kernel
+# subset when asked (--sanitize). Ends with one line: "N passed, N failed, N skipped".
+#
+# From a bundle (scripts/gpu-bundle.sh): tar xzf opserve-bundle.tgz && opserve/gpu-suite.sh
+# From a build tree: scripts/gpu-suite.sh BUILD_DIR
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+if [[ -d "$here/bin" ]]; then bin="$here/bin"; else bin="${1:-build}"; fi
+find_bin() { for p in "$bin/$1" "$bin/tests/gpu/$1" "$bin/tests/e2e/$1" "$bin/server/$1" "$bin/client/$1"; do [[ -x "$p" ]] && { echo "$p"; return; }; done; }
+out=${OUT:-/tmp/opserve-gpu-suite}
+mkdir -p "$out"
+export OPSERVE_BIN=$(find_bin opserve) OPSERVE_CLI=$(find_bin opserve-cli) OPSERVE_TEST_DEVICE=cuda
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || true
+status=0
+run() {  # name, binary, args...
+  local name=$1 b=$2; shift 2
+  [[ -n "$b" ]] || { echo "gpu-suite: $name missing"; status=1; return; }
+  echo "== $name"
+  "$b" --gtest_output="xml:$out/$name.xml" "$@" > "$out/$name.log" 2>&1
+  local rc=$?
+  grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/$name.log" | head -5
+  grep -E '^\[  FAILED  \]' "$out/$name.log" | head -40
+  [[ $rc -eq 0 ]] || status=1
+}
+run gpu_test "$(find_bin gpu_test)"
+run e2e_cuda "$(find_bin e2e_test)"
+
+if [[ " $* " == *" --sanitize "* ]] && command -v compute-sanitizer >/dev/null; then
+  # Small shapes: the sanitizers slow kernels by 10-100x.
+  filter='Table/GpuKernelTest.MatchesCpuReference/*_1x1*:Table/GpuKernelTest.MatchesCpuReference/*_33*:Table/GpuKernelTest.MatchesCpuReference/*_65x129*:Table/GpuKernelTest.MatchesCpuReference/*_127x129_129x131*:Table/GpuKernelTest.MatchesCpuReference/*_10x2048*'
+  for tool in memcheck racecheck; do
+    echo "== compute-sanitizer $tool"
+    compute-sanitizer --tool $tool --error-exitcode 9 "$(find_bin gpu_test)" --gtest_filter="$filter" > "$out/sanitizer_$tool.log" 2>&1
+    echo "compute-sanitizer $tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer_$tool.log" | tail -1)"
+  done
+fi
+
+python3 - "$out" <<'PY'
+import sys, glob, xml.etree.ElementTree as ET
+p = f = s = 0
+for x in glob.glob(sys.argv[1] + "/*.xml"):
+    for tc in ET.parse(x).getroot().iter("testcase"):
+        if tc.find("failure") is not None: f += 1
+        elif tc.get("result") == "skipped" or tc.find("skipped") is not None: s += 1
+        else: p += 1
+print(f"{p} passed, {f} failed, {s} skipped")
+PY
+exit $status

@@ -1,0 +1,319 @@
+// The GPU suite: every "cuda" row of the op table, for every dtype it accepts, over edge shapes,
+// against the CPU reference row of the same op. Rows are read from the table, so a new
+// algorithm is tested without editing this file.
+//
+// Inputs are fresh random values every run (never zeros; the seed is printed). Outputs are
+// poisoned (0xFF bytes: NaN for floats) and fenced by guard bytes, so an unwritten element or an
+// out-of-bounds write fails. Tolerances are set by precision; NaN never passes.
+// Without a usable GPU every test is reported as skipped.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "server/cpu/cpu_backend.h"
+#include "server/cpu/reference.h"
+#include "server/cuda/cuda_backend.h"
+#include "server/ops.h"
+
+namespace opserve {
+namespace {
+
+constexpr uint64_t kGuardBytes = 256;  // keeps the output 256-byte aligned, as the pool does
+constexpr uint8_t kPoison = 0xFF;
+constexpr uint8_t kGuard = 0xA5;
+
+struct Shape {
+  std::vector<std::vector<int64_t>> inputs;
+};
+
+// Edge sizes per op: 1, one past a tile, primes, not multiples of 32, and large.
+std::vector<Shape> ShapesFor(absl::string_view op) {
+  if (op == "sum") {
+    return {{{{1}}}, {{{2}}}, {{{31}}}, {{{33}}}, {{{1025}}}, {{{65537}}}, {{{3, 5, 7, 11}}},
+            {{{1000003}}}, {{{(1 << 24) + 3}}},
+            // Over 1 GiB of FLOAT32/INT32: 2^28 + 1001 elements.
+            {{{(1 << 28) + 1001}}}};
+  }
+  if (op == "row_sum" || op == "row_mean") {
+    return {{{{1, 1}}},      {{{1, 33}}},        {{{7, 1}}},          {{{10, 2048}}},
+            {{{33, 127}}},   {{{1000, 129}}},    {{{4097, 65}}},      {{{1, 1048577}}},
+            {{{3, 1000003}}}, {{{20000, 64}}},   {{{131, 4099}}},     {{{17, 65537}}}};
+  }
+  if (op == "transpose") {
+    return {{{{1, 1}}},    {{{1, 37}}},     {{{37, 1}}},    {{{31, 33}}},    {{{33, 31}}},
+            {{{64, 64}}},  {{{65, 129}}},   {{{128, 96}}},  {{{1000, 1001}}}, {{{3000, 7}}},
+            {{{4096, 4100}}}, {{{2048, 4096}}}};
+  }
+  if (op == "matmul") {
+    return {{{{1, 1}, {1, 1}}},       {{{1, 17}, {17, 1}}},       {{{17, 1}, {1, 33}}},
+            {{{33, 65}, {65, 17}}},   {{{64, 64}, {64, 64}}},     {{{127, 129}, {129, 131}}},
+            {{{256, 256}, {256, 256}}}, {{{128, 520}, {520, 136}}}, {{{1000, 513}, {513, 1001}}},
+            {{{4095, 1023}, {1023, 4097}}},
+            // Large enough, and aligned, for the sm_90a wgmma path: its edge tiles included.
+            {{{2048, 512}, {512, 2048}}}, {{{4104, 1032}, {1032, 4112}}}};
+  }
+  return {};
+}
+
+struct Case {
+  const AlgoSpec* algo;
+  DType dtype;
+  Shape shape;
+  std::string name;
+};
+
+std::vector<Case> AllCases() {
+  std::vector<Case> cases;
+  for (const AlgoSpec& a : Algorithms()) {
+    if (a.backend != "cuda") continue;
+    for (DType d : a.dtypes) {
+      for (const Shape& s : ShapesFor(a.op)) {
+        std::string name = std::string(a.op) + "_" + std::string(a.name) + "_" +
+                           std::string(DTypeName(d));
+        for (const auto& in : s.inputs) {
+          name += "_";
+          for (size_t i = 0; i < in.size(); ++i) name += (i ? "x" : "") + std::to_string(in[i]);
+        }
+        cases.push_back({&a, d, s, name});
+      }
+    }
+  }
+  return cases;
+}
+
+uint64_t Seed() {
+  static const uint64_t seed = [] {
+    const uint64_t s = std::random_device{}() * 0x9E3779B97F4A7C15ull + std::random_device{}();
+    std::printf("gpu suite: random seed %llu\n", static_cast<unsigned long long>(s));
+    return s;
+  }();
+  return seed;
+}
+
+// Random values of the dtype: floats in [-1, 1) (no zeros), ints in [-1000, 1000] plus
+// occasional values near the int32 limits so that int32 accumulation would overflow.
+std::string RandomBytes(const TensorMeta& meta, uint64_t salt) {
+  std::mt19937_64 rng(Seed() ^ (salt * 0xD1B54A32D192ED03ull));
+  const int64_t n = meta.NumElements();
+  std::string bytes(meta.Bytes(), '\0');
+  std::uniform_real_distribution<float> uf(-1.f, 1.f);
+  switch (meta.dtype) {
+    case DType::kFloat32: {
+      auto* p = reinterpret_cast<float*>(bytes.data());
+      for (int64_t i = 0; i < n; ++i) {
+        float v = uf(rng);
+        p[i] = v == 0.f ? 0.5f : v;
+      }
+      break;
+    }
+    case DType::kBFloat16: {
+      auto* p = reinterpret_cast<uint16_t*>(bytes.data());
+      for (int64_t i = 0; i < n; ++i) p[i] = cpu::FloatToBf16(uf(rng) + 2e-3f);
+      break;
+    }
+    case DType::kInt32: {
+      auto* p = reinterpret_cast<int32_t*>(bytes.data());
+      std::uniform_int_distribution<int32_t> ui(-1000, 1000);
+      for (int64_t i = 0; i < n; ++i) p[i] = (i % 4099 == 7) ? 2147483000 - static_cast<int32_t>(i % 13) : ui(rng);
+      break;
+    }
+    case DType::kInt64: {
+      auto* p = reinterpret_cast<int64_t*>(bytes.data());
+      for (int64_t i = 0; i < n; ++i) p[i] = static_cast<int64_t>(rng());
+      break;
+    }
+    default:
+      break;
+  }
+  return bytes;
+}
+
+const AlgoSpec* CpuReference(absl::string_view op) {
+  for (const AlgoSpec& a : Algorithms()) {
+    if (a.op == op && a.backend == "cpu") return &a;
+  }
+  return nullptr;
+}
+
+class GpuKernelTest : public testing::TestWithParam<Case> {
+ protected:
+  static void SetUpTestSuite() {
+    if (!ProbeCuda(0).ok()) return;
+    auto b = MakeCudaBackend(0, 0);
+    if (!b.ok()) return;
+    backend_ = b->release();
+    env_ = backend_->NewExecEnv()->release();
+    cpu_ = MakeCpuBackend(0).release();
+    cpu_env_ = cpu_->NewExecEnv()->release();
+  }
+
+  static Backend* backend_;
+  static ExecEnv* env_;
+  static Backend* cpu_;
+  static ExecEnv* cpu_env_;
+};
+Backend* GpuKernelTest::backend_ = nullptr;
+ExecEnv* GpuKernelTest::env_ = nullptr;
+Backend* GpuKernelTest::cpu_ = nullptr;
+ExecEnv* GpuKernelTest::cpu_env_ = nullptr;
+
+// The relative-error bound of each precision.
+double Tolerance(const AlgoSpec& a, DType d) {
+  if (a.op == "matmul" && a.name == "tensor_core") return d == DType::kBFloat16 ? 1e-2 : 2e-3;
+  return 5e-5;
+}
+
+TEST_P(GpuKernelTest, MatchesCpuReference) {
+  const Case& c = GetParam();
+  if (backend_ == nullptr) GTEST_SKIP() << "no usable GPU: " << ProbeCuda(0).message();
+  if (c.algo->min_compute_capability > backend_->compute_capability()) {
+    GTEST_SKIP() << c.algo->name << " needs sm_" << c.algo->min_compute_capability;
+  }
+  const OpSpec* op = FindOp(c.algo->op);
+  ASSERT_NE(op, nullptr);
+
+  // Inputs on both sides.
+  std::vector<TensorMeta> metas;
+  std::vector<std::string> host;
+  std::vector<BufferPtr> dev;
+  std::vector<const void*> dev_ptrs, host_ptrs;
+  for (size_t i = 0; i < c.shape.inputs.size(); ++i) {
+    metas.push_back({c.dtype, c.shape.inputs[i]});
+    host.push_back(RandomBytes(metas.back(), i + 1));
+  }
+  for (size_t i = 0; i < metas.size(); ++i) {
+    auto b = env_->Allocate(metas[i].Bytes());
+    ASSERT_TRUE(b.ok()) << b.status();
+    ASSERT_TRUE(env_->CopyIn(**b, host[i].data(), host[i].size()).ok());
+    dev.push_back(*b);
+    dev_ptrs.push_back((*b)->data());
+    host_ptrs.push_back(host[i].data());
+  }
+  auto out_meta = op->infer(metas);
+  ASSERT_TRUE(out_meta.ok()) << out_meta.status();
+  const uint64_t out_bytes = out_meta->Bytes();
+
+  // Poisoned output between guard bands.
+  auto out = env_->Allocate(out_bytes + 2 * kGuardBytes);
+  ASSERT_TRUE(out.ok()) << out.status();
+  auto stream = static_cast<cudaStream_t>(env_->stream());
+  char* d_out = static_cast<char*>((*out)->data());
+  ASSERT_EQ(cudaMemsetAsync(d_out, kGuard, kGuardBytes, stream), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(d_out + kGuardBytes, kPoison, out_bytes, stream), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(d_out + kGuardBytes + out_bytes, kGuard, kGuardBytes, stream), cudaSuccess);
+
+  AttrMap attrs;
+  KernelArgs args{dev_ptrs, metas, d_out + kGuardBytes, *out_meta, attrs, *env_};
+  env_->MarkStart(0);
+  absl::Status run = c.algo->run(args);
+  env_->MarkEnd(0);
+  auto done = env_->Finish(1);
+  ASSERT_TRUE(run.ok()) << run;
+  ASSERT_TRUE(done.ok()) << done.status();
+  std::string got(out_bytes + 2 * kGuardBytes, '\0');
+  ASSERT_TRUE(backend_->CopyOut(**out, 0, got.data(), got.size()).ok());
+  for (uint64_t i = 0; i < kGuardBytes; ++i) {
+    ASSERT_EQ(static_cast<uint8_t>(got[i]), kGuard) << "write before the output at byte -" << (kGuardBytes - i);
+    ASSERT_EQ(static_cast<uint8_t>(got[kGuardBytes + out_bytes + i]), kGuard) << "write past the output at byte +" << i;
+  }
+  const char* result = got.data() + kGuardBytes;
+
+  // The CPU reference row of the same op.
+  std::string ref(out_bytes, '\0');
+  KernelArgs ref_args{host_ptrs, metas, ref.data(), *out_meta, attrs, *cpu_env_};
+  ASSERT_TRUE(CpuReference(c.algo->op)->run(ref_args).ok());
+  (void)cpu_env_->Finish(0);
+
+  const int64_t n = out_meta->NumElements();
+  if (out_meta->dtype == DType::kFloat32) {
+    const auto* y = reinterpret_cast<const float*>(result);
+    const auto* r = reinterpret_cast<const float*>(ref.data());
+    // Error relative to the magnitude the op accumulates: sum|x| for reductions (so that
+    // cancellation cannot hide a wrong answer or fail a right one), ||ref|| otherwise.
+    double scale = 0, err = 0;
+    if (c.algo->op == "sum" || c.algo->op == "row_sum" || c.algo->op == "row_mean") {
+      const auto* x = reinterpret_cast<const float*>(host[0].data());
+      const int64_t rows = n, cols = metas[0].NumElements() / n;
+      const bool mean = c.algo->op == "row_mean";
+      for (int64_t i = 0; i < rows; ++i) {
+        double abs_sum = 0;
+        for (int64_t j = 0; j < cols; ++j) abs_sum += std::fabs(x[i * cols + j]);
+        if (mean) abs_sum /= cols;
+        const double e = std::fabs(static_cast<double>(y[i]) - r[i]) / abs_sum;
+        ASSERT_FALSE(std::isnan(y[i])) << "row " << i << " is NaN (never written?)";
+        err = std::max(err, e);
+      }
+      scale = 1;
+    } else {
+      double diff = 0, norm = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_FALSE(std::isnan(y[i])) << "element " << i << " is NaN (never written?)";
+        diff += (static_cast<double>(y[i]) - r[i]) * (static_cast<double>(y[i]) - r[i]);
+        norm += static_cast<double>(r[i]) * r[i];
+      }
+      err = std::sqrt(diff) / std::sqrt(norm);
+      scale = 1;
+    }
+    const double tol = Tolerance(*c.algo, c.dtype) * scale;
+    EXPECT_TRUE(err <= tol) << "relative error " << err << " over " << tol;
+    RecordProperty("relative_error", std::to_string(err));
+  } else {
+    // Integer sums and transposes of any dtype are exact.
+    const int cmp = std::memcmp(result, ref.data(), out_bytes);
+    if (cmp != 0) {
+      const uint64_t es = ElementSize(out_meta->dtype);
+      for (uint64_t i = 0; i < out_bytes; i += es) {
+        ASSERT_EQ(std::memcmp(result + i, ref.data() + i, es), 0) << "first mismatch at element " << i / es;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Table, GpuKernelTest, testing::ValuesIn(AllCases()),
+                         [](const testing::TestParamInfo<Case>& info) { return info.param.name; });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(GpuKernelTest);
+
+// FLOAT32 sum under auto must give the same bits for the same input.
+TEST(GpuDeterminism, Float32SumAutoIsBitwiseRepeatable) {
+  if (!ProbeCuda(0).ok()) GTEST_SKIP() << "no usable GPU: " << ProbeCuda(0).message();
+  auto backend = MakeCudaBackend(0, 0);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  auto env = (*backend)->NewExecEnv();
+  ASSERT_TRUE(env.ok());
+  const AlgoSpec* algo = nullptr;
+  for (const AlgoSpec* a : AlgorithmsFor("sum", **backend)) {
+    if (a->is_default) algo = a;
+  }
+  ASSERT_NE(algo, nullptr);
+  EXPECT_TRUE(algo->deterministic);
+  TensorMeta meta{DType::kFloat32, {(1 << 25) + 17}};
+  const std::string host = RandomBytes(meta, 99);
+  auto in = (*env)->Allocate(meta.Bytes());
+  ASSERT_TRUE(in.ok());
+  ASSERT_TRUE((*env)->CopyIn(**in, host.data(), host.size()).ok());
+  TensorMeta out_meta{DType::kFloat32, {}};
+  AttrMap attrs;
+  uint32_t first = 0;
+  for (int rep = 0; rep < 20; ++rep) {
+    auto out = (*env)->Allocate(4);
+    ASSERT_TRUE(out.ok());
+    const void* ptrs[] = {(*in)->data()};
+    std::vector<TensorMeta> metas{meta};
+    KernelArgs args{ptrs, metas, (*out)->data(), out_meta, attrs, **env};
+    ASSERT_TRUE(algo->run(args).ok());
+    ASSERT_TRUE((*env)->Finish(0).ok());
+    uint32_t bits = 0;
+    ASSERT_TRUE((*backend)->CopyOut(**out, 0, &bits, 4).ok());
+    if (rep == 0) first = bits;
+    ASSERT_EQ(bits, first) << "run " << rep << " of " << algo->name << " gave different bits";
+  }
+}
+
+}  // namespace
+}  // namespace opserve
