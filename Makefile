@@ -1,0 +1,33 @@
+# The two commands of the README: `make demo` and `make test`. Both install what is missing.
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: all deps test-deps configure build demo test gpu-bundle clean
+
+all: build
+
+deps:
+	./scripts/install-deps.sh
+
+test-deps:
+	./scripts/install-deps.sh --test
+
+configure:
+	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS)
+
+build: configure
+	ninja -C $(BUILD) -j $(JOBS)
+
+demo: deps build
+	./scripts/demo.sh $(BUILD)
+
+test: test-deps build
+	cd $(BUILD) && ctest --output-on-failure --timeout 900 -j 2
+
+# A self-contained bundle for the lent GPU machine (../shared/GPU.md).
+gpu-bundle: deps build
+	./scripts/gpu-bundle.sh $(BUILD)
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""Checks the Grafana dashboards of deploy/grafana/dashboards (python3 standard library only).
+
+For every dashboard:
+  - a fixed, non-empty uid, unique across dashboards, and unique panel ids;
+  - every panel other than a row queries Prometheus through the ${datasource} variable and has at
+    least one target with a PromQL expression;
+  - every $variable an expression uses is defined by the dashboard (or is a Grafana built-in);
+  - every metric an expression names is a family that server/metrics.cc builds, or a series that
+    deploy/prometheus/rules records (catches typos that stay valid PromQL);
+  - every expression parses: each is wrapped in a recording rule of a rule file generated here, with
+    the variables replaced by sample values, and `promtool check rules` must accept the file.
+
+Usage: check_dashboards.py [--repo DIR] [--keep FILE]
+Exit status 0 when all is well, 1 on a finding, 2 when promtool is missing.
+"""
+
+import argparse
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+# Grafana's built-in interval variables, replaced by a sample duration.
+BUILTIN_DURATIONS = {"__rate_interval": "1m", "__interval": "30s", "__range": "1h"}
+# Names an expression may use that neither metrics.cc nor the rules define.
+EXTRA_METRICS = {"up"}
+VAR_RE = re.compile(r"\$\{(\w+)(?::\w+)?\}|\[\[(\w+)\]\]|\$(\w+)")
+# A metric name as opserve spells them: its families start with opserve_, recorded series have
+# colons. Label names, functions and durations match neither.
+METRIC_RE = re.compile(r"(?<![\w:\"])([a-zA-Z_][\w]*:[\w:]+|opserve_\w+)")
+HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
+
+
+def sample_values(dashboard):
+    """The value each template variable stands for in a check: its current value, '.*' for All."""
+    values = {}
+    for var in dashboard.get("templating", {}).get("list", []):
+        current = var.get("current", {}).get("value")
+        if isinstance(current, list):
+            current = current[0] if current else None
+        if current in (None, "", "$__all"):
+            current = var.get("allValue") or ".*"
+        values[var["name"]] = str(current)
+    return values
+
+
+def substitute(expr, values, problems, where):
+    def repl(match):
+        name = match.group(1) or match.group(2) or match.group(3)
+        if name in BUILTIN_DURATIONS:
+            return BUILTIN_DURATIONS[name]
+        if name in values:
+            return values[name]
+        problems.append(f"{where}: undefined variable ${name}")
+        return "undefined"
+
+    return VAR_RE.sub(repl, expr)
+
+
+def known_metrics(repo):
+    families = set(re.findall(r'\.Name\("(opserve_\w+)"\)',
+                              open(os.path.join(repo, "server", "metrics.cc")).read()))
+    recorded = set()
+    for path in glob.glob(os.path.join(repo, "deploy", "prometheus", "rules", "*.yml")):
+        recorded |= set(re.findall(r"^\s*-?\s*record:\s*(\S+)\s*$", open(path).read(), re.M))
+    if not families or not recorded:
+        sys.exit(f"check_dashboards: found no metric families ({len(families)}) or recording "
+                 f"rules ({len(recorded)}) under {repo}")
+    return families, recorded
+
+
+def metric_known(name, families, recorded):
+    if name in recorded or name in families or name in EXTRA_METRICS:
+        return True
+    return any(name.endswith(s) and name[: -len(s)] in families for s in HISTOGRAM_SUFFIXES)
+
+
+def walk_panels(panels):
+    for panel in panels:
+        yield panel
+        yield from walk_panels(panel.get("panels", []))
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repo", default=os.path.normpath(os.path.join(here, "..", "..")))
+    parser.add_argument("--keep", help="also write the generated rule file here")
+    args = parser.parse_args()
+
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        print("check_dashboards: promtool not found (apt-get install prometheus)", file=sys.stderr)
+        return 2
+
+    families, recorded = known_metrics(args.repo)
+    dashboards = sorted(glob.glob(os.path.join(args.repo, "deploy", "grafana", "dashboards", "*.json")))
+    if not dashboards:
+        print("check_dashboards: no dashboards found", file=sys.stderr)
+        return 1
+
+    problems = []
+    rules = []
+    uids = {}
+    for path in dashboards:
+        name = os.path.relpath(path, args.repo)
+        dashboard = json.load(open(path))
+        uid = dashboard.get("uid")
+        if not uid:
+            problems.append(f"{name}: no fixed uid")
+        elif uid in uids:
+            problems.append(f"{name}: uid {uid} is also {uids[uid]}'s")
+        uids[uid] = name
+        values = sample_values(dashboard)
+        if "datasource" not in values:
+            problems.append(f"{name}: no datasource variable")
+        ids = set()
+        for panel in walk_panels(dashboard.get("panels", [])):
+            where = f"{name} panel {panel.get('id')} ({panel.get('title')!r})"
+            if panel.get("id") in ids:
+                problems.append(f"{where}: duplicate panel id")
+            ids.add(panel.get("id"))
+            if panel.get("type") == "row":
+                continue
+            if panel.get("datasource", {}).get("uid") != "${datasource}":
+                problems.append(f"{where}: datasource is not ${{datasource}}")
+            targets = [t for t in panel.get("targets", []) if t.get("expr", "").strip()]
+            if not targets:
+                problems.append(f"{where}: no PromQL target")
+            for target in targets:
+                expr = substitute(target["expr"], values, problems, where)
+                for metric in set(METRIC_RE.findall(expr)):
+                    if not metric_known(metric, families, recorded):
+                        problems.append(f"{where} target {target.get('refId')}: unknown metric {metric}")
+                rules.append({
+                    "record": f"dashboard_check:{uid}_panel_{panel.get('id')}_{target.get('refId')}"
+                              .replace("-", "_"),
+                    "expr": expr,
+                })
+
+    # JSON is YAML: promtool reads the generated file as it is.
+    rule_file = {"groups": [{"name": "dashboard_promql_check", "rules": rules}]}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "dashboard_rules.yml")
+        with open(path, "w") as f:
+            json.dump(rule_file, f, indent=2)
+        if args.keep:
+            shutil.copyfile(path, args.keep)
+        result = subprocess.run([promtool, "check", "rules", path], capture_output=True, text=True)
+        if result.returncode != 0:
+            problems.append("promtool check rules rejected the panel expressions:\n"
+                            + result.stdout + result.stderr)
+
+    for problem in problems:
+        print(f"FAIL {problem}")
+    print(f"check_dashboards: {len(dashboards)} dashboard(s), {len(rules)} expression(s), "
+          f"{len(problems)} problem(s)")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

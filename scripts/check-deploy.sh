@@ -1,0 +1,194 @@
+#!/usr/bin/env bash
+# Checks deploy/ with the real tools. Usage: scripts/check-deploy.sh [CHECK...]
+# Checks (default: all of them, in this order):
+#   prometheus  promtool check config, check rules, test rules (deploy/prometheus/tests/*.yml)
+#   mutants     each of a list of small wrong edits to the rules must make `promtool test rules`
+#               fail: proof that the rule tests test something
+#   dashboards  every Grafana panel's PromQL through `promtool check rules`, uids, variables,
+#               metric names (deploy/grafana/check_dashboards.py)
+#   compose     docker-compose config on deploy/docker/compose.yaml, both profiles
+#   yamllint    yamllint -c deploy/.yamllint deploy
+#   kustomize   kubectl kustomize deploy/k8s, and the rendered objects' GPU, probes and ports
+# A missing tool is a failure, not a skip: CI installs them (apt: prometheus docker-compose
+# yamllint; kubectl is on the machine). Nothing here needs a Docker engine or a cluster.
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+# yamllint's own interpreter carries python3-yaml; the dashboard check needs only the stdlib.
+py=/usr/bin/python3
+[[ -x "$py" ]] || py=python3
+
+need() {
+  local tool
+  for tool in "$@"; do
+    if ! command -v "$tool" >/dev/null 2>&1; then
+      echo "check-deploy: $tool not found (CI installs it: see docs/DEPLOY.md)" >&2
+      exit 1
+    fi
+  done
+}
+
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+
+check_prometheus() {
+  need promtool
+  promtool check config deploy/prometheus/prometheus.yml
+  promtool check rules deploy/prometheus/rules/*.yml
+  promtool test rules deploy/prometheus/tests/*.yml
+}
+
+# Each mutant: file (under deploy/prometheus), the exact text to replace, its replacement.
+mutants=(
+  "rules/opserve-recording.yml|(rate(opserve_kernel_bytes_total[5m]))|(rate(opserve_kernel_launches_total[5m]))"
+  "rules/opserve-recording.yml|            / 1e9|            / 1e6"
+  "rules/opserve-recording.yml|(rate(opserve_kernel_seconds_total[5m])) > 0)|(rate(opserve_kernel_seconds_total[5m])))"
+  "rules/opserve-recording.yml|sum by (job, instance, device, op, algorithm) (rate(opserve_kernel_flops_total|sum by (job, device, op, algorithm) (rate(opserve_kernel_flops_total"
+  "rules/opserve-recording.yml|histogram_quantile(0.99,|histogram_quantile(0.9,"
+  "rules/opserve-recording.yml|histogram_quantile(0.5,|histogram_quantile(0.05,"
+  "rules/opserve-recording.yml|sum by (job, rpc, le) (rate(opserve_request_duration_seconds_bucket[5m])))|sum by (job, instance, rpc, le) (rate(opserve_request_duration_seconds_bucket[5m])))"
+  "rules/opserve-recording.yml|{code!=\"OK\"}|{code=\"OK\"}"
+  "rules/opserve-recording.yml|UNKNOWN|DEADLINE_EXCEEDED|RESOURCE_EXHAUSTED|INTERNAL|UNAVAILABLE|DATA_LOSS|UNKNOWN|INVALID_ARGUMENT|RESOURCE_EXHAUSTED|INTERNAL|UNAVAILABLE|DATA_LOSS"
+  "rules/opserve-recording.yml|rate(opserve_requests_total[5m])) * 0|rate(opserve_requests_total[5m])) * 1"
+  "rules/opserve-recording.yml|{kind=\"used\"}|{kind=\"total\"}"
+  "rules/opserve-alerts.yml|ratio_rate5m > 0.05|ratio_rate5m > 0.15"
+  "rules/opserve-alerts.yml|ratio_rate5m > 0.5|ratio_rate5m > 0.75"
+  "rules/opserve-alerts.yml|up{job=\"opserve\"} == 0|up == 0"
+  "rules/opserve-alerts.yml|absent(up{job=\"opserve\"})|absent(up)"
+  "rules/opserve-alerts.yml|            unless sum|            and sum"
+  "rules/opserve-alerts.yml|ratio > 0.9|ratio >= 0.9"
+  "rules/opserve-alerts.yml|        for: 10m|        for: 5m"
+)
+
+check_mutants() {
+  need promtool
+  local spec file from to survived=0 n=0
+  for spec in "${mutants[@]}"; do
+    # Split on the first two '|' only: the regex mutants carry '|' in their texts.
+    file="${spec%%|*}"
+    spec="${spec#*|}"
+    rm -rf "$tmp/mutant" && cp -r deploy/prometheus "$tmp/mutant"
+    # The texts are literal; python does the replacement, and fails if the text is not there
+    # (a mutant that no longer applies must be updated, not silently pass).
+    if ! "$py" - "$tmp/mutant/$file" "$spec" <<'EOF'
+import sys
+path, spec = sys.argv[1], sys.argv[2]
+text = open(path).read()
+# from and to have the same number of '|' fields: split in the middle.
+fields = spec.split("|")
+half = len(fields) // 2
+old, new = "|".join(fields[:half]), "|".join(fields[half:])
+if old not in text:
+    sys.exit(f"mutant text not found in {path}: {old!r}")
+open(path, "w").write(text.replace(old, new))
+EOF
+    then
+      return 1
+    fi
+    n=$((n + 1))
+    # A mutant must still be valid rules: caught by a test, not by the parser.
+    if ! promtool check rules "$tmp/mutant/$file" >"$tmp/mutant.log" 2>&1; then
+      cat "$tmp/mutant.log" >&2
+      echo "INVALID MUTANT: $file: $spec" >&2
+      return 1
+    fi
+    if promtool test rules "$tmp"/mutant/tests/*.yml >"$tmp/mutant.log" 2>&1; then
+      echo "SURVIVED: $file: $spec" >&2
+      survived=$((survived + 1))
+    fi
+  done
+  echo "mutants: $n applied, $((n - survived)) caught by the rule tests, $survived survived"
+  [[ $survived -eq 0 ]]
+}
+
+check_dashboards() {
+  need promtool
+  "$py" deploy/grafana/check_dashboards.py --repo "$repo"
+}
+
+check_compose() {
+  need docker-compose
+  local profile
+  docker-compose -f deploy/docker/compose.yaml config -q
+  for profile in gpu cpu; do
+    docker-compose -f deploy/docker/compose.yaml --profile "$profile" config --services \
+      >"$tmp/services"
+    grep -qx prometheus "$tmp/services"
+    grep -qx grafana "$tmp/services"
+  done
+  # What the Dockerfile must keep: two stages from CUDA 13 on Ubuntu 24.04, a non-root user and a
+  # gRPC health check. (No engine here: the image itself is not built in CI.)
+  grep -Eq '^FROM nvidia/cuda:\$\{CUDA_VERSION\}-devel-ubuntu24.04 AS build' deploy/docker/Dockerfile
+  grep -Eq '^FROM nvidia/cuda:\$\{CUDA_VERSION\}-runtime-ubuntu24.04' deploy/docker/Dockerfile
+  grep -Eq '^ARG CUDA_VERSION=13\.' deploy/docker/Dockerfile
+  grep -Eq '^USER 10001' deploy/docker/Dockerfile
+  grep -Eq '^HEALTHCHECK .*' deploy/docker/Dockerfile
+  grep -Eq 'CMD \["opserve-cli", .*"health"\]' deploy/docker/Dockerfile
+  echo "compose: deploy/docker/compose.yaml valid for docker-compose $(docker-compose version --short)"
+}
+
+check_yamllint() {
+  need yamllint
+  yamllint --strict -c deploy/.yamllint deploy
+  echo "yamllint: deploy/ clean"
+}
+
+check_kustomize() {
+  need kubectl
+  kubectl kustomize deploy/k8s >"$tmp/k8s.yaml"
+  "$py" - "$tmp/k8s.yaml" <<'EOF'
+import sys
+import yaml
+
+docs = {d["kind"]: d for d in yaml.safe_load_all(open(sys.argv[1])) if d}
+problems = []
+def check(ok, what):
+    if not ok:
+        problems.append(what)
+
+for kind in ("Deployment", "Service", "ServiceMonitor"):
+    check(kind in docs, f"no {kind} rendered")
+if not problems:
+    dep, svc, smon = docs["Deployment"], docs["Service"], docs["ServiceMonitor"]
+    pod = dep["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    check(str(c["resources"]["limits"].get("nvidia.com/gpu")) == "1", "limits nvidia.com/gpu != 1")
+    check("grpc" in ports and "metrics" in ports, f"container ports not named grpc/metrics: {ports}")
+    for probe in ("readinessProbe", "livenessProbe"):
+        p = c.get(probe, {})
+        check(p.get("grpc", {}).get("port") == ports.get("grpc"), f"{probe} is not gRPC on the gRPC port")
+    check(pod["securityContext"].get("runAsNonRoot") is True, "pod may run as root")
+    check(svc["spec"].get("clusterIP") == "None", "Service is not headless")
+    check({p["name"] for p in svc["spec"]["ports"]} >= {"grpc", "metrics"}, "Service ports")
+    sel = svc["spec"]["selector"]
+    labels = dep["spec"]["template"]["metadata"]["labels"]
+    check(all(labels.get(k) == v for k, v in sel.items()), "Service selector misses the pods")
+    check(smon["apiVersion"] == "monitoring.coreos.com/v1", "ServiceMonitor apiVersion")
+    msel = smon["spec"]["selector"]["matchLabels"]
+    check(all(svc["metadata"]["labels"].get(k) == v for k, v in msel.items()),
+          "ServiceMonitor selector misses the Service")
+    check([e["port"] for e in smon["spec"]["endpoints"]] == ["metrics"], "ServiceMonitor port")
+for p in problems:
+    print("FAIL", p)
+print(f"kustomize: {len(docs)} objects rendered, {len(problems)} problem(s)")
+sys.exit(1 if problems else 0)
+EOF
+}
+
+all=(prometheus mutants dashboards compose yamllint kustomize)
+(($# == 0)) && set -- "${all[@]}"
+for check in "$@"; do
+  case "$check" in
+    prometheus | mutants | dashboards | compose | yamllint | kustomize)
+      echo "== check-deploy: $check"
+      "check_$check"
+      ;;
+    *)
+      echo "check-deploy: unknown check '$check' (one of: ${all[*]})" >&2
+      exit 2
+      ;;
+  esac
+done
+echo "check-deploy: $* passed"

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages opserve needs that this machine lacks (through sudo when not
+# root). The CUDA toolkit is expected at /usr/local/cuda; without it the build is CPU-only.
+set -euo pipefail
+
+packages=(
+  cmake ninja-build g++ pkg-config
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
+  prometheus-cpp-dev libgtest-dev
+  python3 python3-grpcio python3-protobuf
+  patchelf
+)
+# Tools the deploy and metrics checks in `make test` use (promtool and the Prometheus server,
+# yamllint, docker-compose's config check).
+if [[ "${1:-}" == "--test" ]]; then
+  packages+=(prometheus yamllint docker-compose openssl clang-14 libclang-rt-14-dev)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+sudo=""
+if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+$sudo apt-get update -q
+# Installing the prometheus package must not leave a daemon behind on port 9090.
+$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,437 @@
+#!/usr/bin/python3
+"""End-to-end metrics test: the real opserve, a real Prometheus, the real recording rules.
+
+1. Starts `opserve --device=cpu` on loopback and a Prometheus server (temporary storage, scrape
+   and rule evaluation every second, deploy/prometheus/rules loaded) that scrapes its /metrics.
+2. Over gRPC (Debian's python3-grpcio, stubs generated here with protoc and grpc_python_plugin):
+   ListOps, then Execute graphs of every op with every algorithm the server lists, with inline
+   tensors, in two rounds so that every kernel series has samples before and after an increase.
+   One malformed graph checks that failures are counted under their code.
+3. Asks Prometheus' HTTP API (/api/v1/query) until, or fails after a deadline:
+   - instance_op_algorithm:opserve_kernel_gigabytes_per_second:rate5m > 0 for every (op,
+     algorithm) that ran, and the GFLOP/s rule > 0 for matmul;
+   - opserve_requests_total by (rpc, code) equal to the requests this test sent and the codes it
+     got back; the error-ratio and latency recording rules present.
+4. Lints the server's own /metrics with `promtool check metrics`.
+
+Everything is bounded in time (--timeout, and a deadline on every wait); both servers are stopped
+on every exit path. Needs: prometheus, promtool, protoc, grpc_python_plugin, python3-grpcio.
+"""
+
+import argparse
+import base64
+import collections
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import urllib.error
+import urllib.parse
+import urllib.request
+
+OPS = ("sum", "row_sum", "row_mean", "transpose", "matmul")
+GBPS_RULE = "instance_op_algorithm:opserve_kernel_gigabytes_per_second:rate5m"
+GFLOPS_RULE = "instance_op_algorithm:opserve_kernel_gigaflops_per_second:rate5m"
+JOB = "opserve"
+
+
+class Failure(Exception):
+    pass
+
+
+class ProcessDied(Failure):
+    """A server this test started exited: no point waiting any longer."""
+
+
+def log(*args):
+    print("e2e:", *args, flush=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(what, check, deadline, interval=0.25):
+    """Polls check() until it returns a truthy value; raises Failure with the last value at the
+    deadline. check may raise to mean "not yet"."""
+    last = None
+    while True:
+        try:
+            last = check()
+            if last:
+                return last
+        except ProcessDied:
+            raise
+        except Exception as e:  # noqa: BLE001 - any other error means "not yet"
+            last = e
+        if time.monotonic() > deadline:
+            raise Failure(f"timed out waiting for {what}; last: {last!r}")
+        time.sleep(interval)
+
+
+def http_get(url, timeout=5):
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.read().decode()
+
+
+class Processes:
+    """The child processes this test started; stopped in reverse order, each by its own pid."""
+
+    def __init__(self):
+        self.procs = []
+
+    def start(self, name, argv, log_path):
+        log(f"starting {name}: {' '.join(argv)}")
+        out = open(log_path, "wb")
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.procs.append((name, proc, out, log_path))
+        return proc
+
+    def check_alive(self):
+        for name, proc, _, log_path in self.procs:
+            if proc.poll() is not None:
+                raise ProcessDied(f"{name} exited with {proc.returncode}:\n{tail(log_path)}")
+
+    def stop_all(self):
+        for name, proc, out, _ in reversed(self.procs):
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    log(f"{name} ignored SIGTERM; killing it")
+                    proc.kill()
+                    proc.wait(timeout=10)
+            out.close()
+        self.procs = []
+
+
+def tail(path, lines=40):
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def need_tools(*tools):
+    paths = {}
+    for tool in tools:
+        path = shutil.which(tool)
+        if path is None:
+            raise Failure(f"{tool} not found: CI installs it (apt: prometheus, protobuf-compiler, "
+                          "protobuf-compiler-grpc, python3-grpcio)")
+        paths[tool] = path
+    return paths
+
+
+def generate_stubs(tools, proto_root, out_dir):
+    proto = "opserve/v1/opserve.proto"
+    os.makedirs(out_dir, exist_ok=True)
+    subprocess.run([tools["protoc"], f"-I{proto_root}", f"--python_out={out_dir}",
+                    f"--grpc_python_out={out_dir}",
+                    f"--plugin=protoc-gen-grpc_python={tools['grpc_python_plugin']}", proto],
+                   check=True, timeout=60)
+    sys.path.insert(0, out_dir)
+    from opserve.v1 import opserve_pb2, opserve_pb2_grpc  # noqa: E402 - generated just now
+    return opserve_pb2, opserve_pb2_grpc
+
+
+# ---- tensors ----
+
+def random_tensor(pb, dtype_name, shape, rng):
+    n = 1
+    for d in shape:
+        n *= d
+    if dtype_name == "FLOAT32":
+        data = struct.pack(f"<{n}f", *(rng.uniform(-1, 1) for _ in range(n)))
+    elif dtype_name == "BFLOAT16":
+        floats = struct.pack(f"<{n}f", *(rng.uniform(-1, 1) for _ in range(n)))
+        # bfloat16 is the high half of a float32.
+        data = b"".join(floats[i + 2:i + 4] for i in range(0, len(floats), 4))
+    elif dtype_name == "INT32":
+        data = struct.pack(f"<{n}i", *(rng.randint(-100, 100) for _ in range(n)))
+    elif dtype_name == "INT64":
+        data = struct.pack(f"<{n}q", *(rng.randint(-100, 100) for _ in range(n)))
+    else:
+        raise Failure(f"no generator for dtype {dtype_name}")
+    return pb.Tensor(dtype=pb.DType.Value(dtype_name), shape=list(shape), data=data)
+
+
+def pick_dtype(pb, op_info, algo_info):
+    names = [pb.DType.Name(d) for d in (algo_info.dtypes or op_info.dtypes)]
+    return "FLOAT32" if "FLOAT32" in names or not names else names[0]
+
+
+def inputs_for(op, dtype, pb, rng):
+    # Big enough that a CPU kernel takes a measurable time, small enough for a 2-core CI box.
+    if op == "matmul":
+        return [random_tensor(pb, dtype, (96, 128), rng), random_tensor(pb, dtype, (128, 80), rng)]
+    return [random_tensor(pb, dtype, (192, 256), rng)]
+
+
+def execute_request(pb, op, algorithm, tensors):
+    req = pb.ExecuteRequest()
+    node = req.nodes.add(id="n0", op=op, algorithm=algorithm)
+    for i, t in enumerate(tensors):
+        name = f"in{i}"
+        req.inline_tensors[name].CopyFrom(t)
+        node.inputs.add(inline_name=name)
+    req.outputs.add(node="n0", return_inline=True)
+    return req
+
+
+# ---- Prometheus ----
+
+def write_prometheus_config(path, rules_dir, metrics_port):
+    # JSON is YAML.
+    config = {
+        "global": {"scrape_interval": "1s", "scrape_timeout": "900ms", "evaluation_interval": "1s"},
+        "rule_files": [os.path.join(os.path.abspath(rules_dir), "*.yml")],
+        "scrape_configs": [{
+            "job_name": JOB,
+            "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"]}],
+        }],
+    }
+    with open(path, "w") as f:
+        json.dump(config, f, indent=2)
+
+
+class Prom:
+    def __init__(self, port):
+        self.base = f"http://127.0.0.1:{port}"
+
+    def query(self, expr):
+        url = f"{self.base}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+        body = json.loads(http_get(url))
+        if body.get("status") != "success":
+            raise Failure(f"query {expr!r} failed: {body}")
+        return body["data"]["result"]
+
+    def rules_loaded(self):
+        body = json.loads(http_get(f"{self.base}/api/v1/rules"))
+        return [r["name"] for g in body["data"]["groups"] for r in g["rules"]]
+
+
+def sample_map(result, *labels):
+    return {tuple(s["metric"].get(l, "") for l in labels): float(s["value"][1]) for s in result}
+
+
+def main():
+    parser = argparse.ArgumentParser(description="opserve end-to-end metrics test")
+    parser.add_argument("--opserve", required=True, help="the opserve server binary")
+    parser.add_argument("--proto-root", required=True, help="folder holding opserve/v1/opserve.proto")
+    parser.add_argument("--rules-dir", required=True, help="deploy/prometheus/rules")
+    parser.add_argument("--work-dir", help="logs and Prometheus data (default: a temp dir)")
+    parser.add_argument("--timeout", type=float, default=240, help="the whole test, seconds")
+    parser.add_argument("--rounds", type=int, default=3, help="Execute requests per algorithm after the first")
+    args = parser.parse_args()
+
+    deadline_all = time.monotonic() + args.timeout
+
+    # SIGTERM (ctest's timeout) and SIGALRM (our own) unwind through `finally`.
+    def bail(signum, _frame):
+        raise Failure(f"stopped by signal {signum}")
+    signal.signal(signal.SIGTERM, bail)
+    signal.signal(signal.SIGALRM, bail)
+    signal.alarm(int(args.timeout) + 30)
+
+    tools = need_tools("prometheus", "promtool", "protoc", "grpc_python_plugin")
+    work = args.work_dir or tempfile.mkdtemp(prefix="opserve-e2e-")
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    procs = Processes()
+    try:
+        import grpc  # python3-grpcio
+        pb, pb_grpc = generate_stubs(tools, args.proto_root, os.path.join(work, "gen"))
+
+        grpc_port, metrics_port, prom_port = free_port(), free_port(), free_port()
+        procs.start("opserve", [args.opserve, "--host=127.0.0.1", f"--port={grpc_port}",
+                                f"--metrics_port={metrics_port}", "--device=cpu"],
+                    os.path.join(work, "opserve.log"))
+        channel = grpc.insecure_channel(f"127.0.0.1:{grpc_port}")
+        stub = pb_grpc.OpServeStub(channel)
+
+        def grpc_ready():
+            procs.check_alive()
+            grpc.channel_ready_future(channel).result(timeout=1)
+            return True
+        wait_for("opserve's gRPC port", grpc_ready, time.monotonic() + 30)
+        wait_for("opserve's /metrics", lambda: procs.check_alive() or
+                 "opserve_build_info" in http_get(f"http://127.0.0.1:{metrics_port}/metrics"),
+                 time.monotonic() + 30)
+
+        config = os.path.join(work, "prometheus.yml")
+        write_prometheus_config(config, args.rules_dir, metrics_port)
+        subprocess.run([tools["promtool"], "check", "config", config], check=True, timeout=60,
+                       stdout=subprocess.DEVNULL)
+        procs.start("prometheus", [tools["prometheus"], f"--config.file={config}",
+                                   f"--storage.tsdb.path={os.path.join(work, 'prometheus-data')}",
+                                   f"--web.listen-address=127.0.0.1:{prom_port}",
+                                   "--log.level=warn"],
+                    os.path.join(work, "prometheus.log"))
+        prom = Prom(prom_port)
+        wait_for("Prometheus ready", lambda: procs.check_alive() or
+                 http_get(f"{prom.base}/-/ready") is not None, time.monotonic() + 60)
+        rules = prom.rules_loaded()
+        for rule in (GBPS_RULE, GFLOPS_RULE, "job:opserve_request_errors:ratio_rate5m"):
+            if rule not in rules:
+                raise Failure(f"recording rule {rule} not loaded; loaded: {rules}")
+        wait_for("Prometheus scraping opserve (up == 1)",
+                 lambda: sample_map(prom.query(f'up{{job="{JOB}"}}'), "job") == {(JOB,): 1.0},
+                 time.monotonic() + 30)
+
+        sent = collections.Counter()  # (rpc, code name) -> requests
+
+        def call(rpc, request):
+            try:
+                response = getattr(stub, rpc)(request, timeout=60)
+                sent[(rpc, "OK")] += 1
+                return response
+            except grpc.RpcError as e:
+                sent[(rpc, e.code().name)] += 1
+                return e
+
+        ops = call("ListOps", pb.ListOpsRequest())
+        if isinstance(ops, grpc.RpcError):
+            raise Failure(f"ListOps failed: {ops}")
+        by_name = {o.name: o for o in ops.ops}
+        missing = [op for op in OPS if op not in by_name]
+        if missing:
+            raise Failure(f"ListOps lacks ops {missing}: has {sorted(by_name)}")
+        log(f"backend {ops.backend!r} device {ops.device!r}: "
+            + ", ".join(f"{o.name}[{', '.join(a.name for a in o.algorithms)}]" for o in ops.ops))
+
+        rng = random.Random(20261122)
+        plan = []  # (op, requested algorithm, dtype)
+        for op in OPS:
+            info = by_name[op]
+            if not info.algorithms:
+                raise Failure(f"ListOps lists no algorithm for {op}")
+            for algo in info.algorithms:
+                plan.append((op, algo.name, pick_dtype(pb, info, algo)))
+
+        ran = set()  # (op, algorithm that actually ran)
+
+        def run_round():
+            for op, algorithm, dtype in plan:
+                result = call("Execute", execute_request(pb, op, algorithm, inputs_for(op, dtype, pb, rng)))
+                if isinstance(result, grpc.RpcError):
+                    raise Failure(f"Execute {op}/{algorithm} ({dtype}) failed: "
+                                  f"{result.code().name}: {result.details()}")
+                for node in result.nodes:
+                    if node.algorithm in ("", "auto"):
+                        raise Failure(f"{op}: NodeResult.algorithm is {node.algorithm!r}")
+                    ran.add((node.op, node.algorithm))
+
+        # Round 1 makes the kernel series. Prometheus must see them before they grow, or rate()
+        # has a single sample to work with.
+        run_round()
+        log(f"round 1: {len(plan)} graphs; kernels that ran: {sorted(ran)}")
+
+        def kernels_scraped():
+            procs.check_alive()
+            seen = sample_map(prom.query(f'opserve_kernel_launches_total{{job="{JOB}"}}'), "op", "algorithm")
+            return set(seen) >= ran
+        wait_for("every kernel series in Prometheus", kernels_scraped, time.monotonic() + 30)
+        time.sleep(1.5)  # one more scrape of the round-1 values
+
+        for _ in range(args.rounds):
+            run_round()
+            time.sleep(1.1)  # spread the increases over several scrapes
+        # A malformed graph: the op does not exist. Its code is whatever the server answers;
+        # the counter must show it under that code.
+        bad = call("Execute", execute_request(pb, "no_such_op", "", inputs_for("sum", "FLOAT32", pb, rng)))
+        if not isinstance(bad, grpc.RpcError):
+            raise Failure("Execute with an unknown op succeeded")
+        log(f"rounds 2..{args.rounds + 1} done; the malformed graph got {bad.code().name}; "
+            f"sent {dict(sent)}")
+
+        deadline = min(deadline_all, time.monotonic() + 60)
+
+        def gbps_positive():
+            procs.check_alive()
+            gbps = sample_map(prom.query(f'{GBPS_RULE}{{job="{JOB}"}}'), "op", "algorithm")
+            lacking = {k: gbps.get(k) for k in ran if not gbps.get(k, 0) > 0}
+            if lacking:
+                raise Failure(f"GB/s not > 0 for {lacking}")
+            return gbps
+        gbps = wait_for("GB/s > 0 for every op and algorithm", gbps_positive, deadline)
+        for (op, algorithm), value in sorted(gbps.items()):
+            log(f"  {op:10s} {algorithm:24s} {value:10.3f} GB/s")
+        ran_ops = {op for op, _ in ran}
+        if ran_ops != set(OPS):
+            raise Failure(f"kernels ran for {sorted(ran_ops)}, not every op {OPS}")
+
+        def gflops_positive():
+            gflops = sample_map(prom.query(f'{GFLOPS_RULE}{{job="{JOB}", op="matmul"}}'), "algorithm")
+            return gflops and all(v > 0 for v in gflops.values()) and gflops
+        gflops = wait_for("matmul GFLOP/s > 0", gflops_positive, deadline)
+        log(f"  matmul GFLOP/s: {gflops}")
+
+        expected = {k: float(v) for k, v in sent.items()}
+
+        def counts_match():
+            got = sample_map(prom.query(f'sum by (rpc, code) (opserve_requests_total{{job="{JOB}"}}) > 0'),
+                             "rpc", "code")
+            if got != expected:
+                raise Failure(f"opserve_requests_total in Prometheus {got} != sent {expected}")
+            return True
+        wait_for("the request counter to match the requests sent", counts_match, deadline)
+        log(f"request counter matches: {expected}")
+
+        # The server's own exposition: the same counts, and promtool's lint.
+        scrape = http_get(f"http://127.0.0.1:{metrics_port}/metrics")
+        direct = collections.Counter()
+        for line in scrape.splitlines():
+            if line.startswith("opserve_requests_total{"):
+                labels = dict(kv.split("=", 1) for kv in line[line.index("{") + 1:line.index("}")].split(","))
+                value = float(line.rsplit(" ", 1)[1])
+                if value:
+                    direct[(labels["rpc"].strip('"'), labels["code"].strip('"'))] = value
+        if dict(direct) != expected:
+            raise Failure(f"/metrics says {dict(direct)}, sent {expected}")
+        lint = subprocess.run([tools["promtool"], "check", "metrics"], input=scrape, text=True,
+                              capture_output=True, timeout=60)
+        if lint.returncode != 0 or lint.stdout.strip() or lint.stderr.strip():
+            raise Failure(f"promtool check metrics on opserve's /metrics:\n{lint.stdout}{lint.stderr}")
+
+        def derived_rules():
+            errors = sample_map(prom.query(f'job:opserve_request_errors:ratio_rate5m{{job="{JOB}"}}'), "job")
+            p99 = sample_map(prom.query(
+                f'job_rpc:opserve_request_duration_seconds:p99_rate5m{{job="{JOB}", rpc="Execute"}}'), "rpc")
+            if not (errors.get((JOB,), 0) > 0 and p99.get(("Execute",), 0) > 0):
+                raise Failure(f"error ratio {errors}, Execute p99 {p99}")
+            return errors, p99
+        errors, p99 = wait_for("error ratio > 0 and Execute p99 > 0", derived_rules, deadline)
+        log(f"error ratio {errors}, Execute p99 {p99} s")
+
+        log(f"PASS: {len(ran)} (op, algorithm) pairs with GB/s > 0, "
+            f"{int(sum(expected.values()))} requests counted exactly")
+        print("1 passed, 0 failed")
+        return 0
+    except Exception as e:  # noqa: BLE001 - report every failure the same way, then clean up
+        log(f"FAIL: {e}" if isinstance(e, Failure) else "FAIL:\n" + traceback.format_exc())
+        for name, _, _, log_path in procs.procs:
+            log(f"--- last lines of {name}'s log ({log_path}):\n{tail(log_path)}")
+        print("0 passed, 1 failed")
+        return 1
+    finally:
+        signal.alarm(0)
+        procs.stop_all()
+        if not args.work_dir:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

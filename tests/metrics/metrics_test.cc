@@ -1,0 +1,435 @@
+// Metrics: the families, labels and values that a scrape shows, the bounds on label cardinality,
+// the HTTP exposer, and promtool's lint of a real scrape.
+#include "server/metrics.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+#ifndef OPSERVE_VERSION
+#define OPSERVE_VERSION "unknown"
+#endif
+
+namespace opserve {
+namespace {
+
+using Labels = std::map<std::string, std::string>;
+
+struct Sample {
+  std::string name;
+  Labels labels;
+  double value;
+};
+
+// Parses the text exposition format well enough for what prometheus-cpp writes: one sample a
+// line, `name{k="v",...} value`, label values with \\, \" and \n escapes.
+std::vector<Sample> Parse(const std::string& text) {
+  std::vector<Sample> samples;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    Sample s;
+    size_t i = line.find_first_of("{ ");
+    s.name = line.substr(0, i);
+    if (line[i] == '{') {
+      ++i;
+      while (line[i] != '}') {
+        const size_t eq = line.find('=', i);
+        const std::string key = line.substr(i, eq - i);
+        std::string value;
+        for (i = eq + 2; line[i] != '"'; ++i) {
+          if (line[i] == '\\') {
+            ++i;
+            value += line[i] == 'n' ? '\n' : line[i];
+          } else {
+            value += line[i];
+          }
+        }
+        s.labels[key] = value;
+        ++i;  // closing quote
+        if (line[i] == ',') ++i;
+      }
+      ++i;  // closing brace
+    }
+    s.value = std::stod(line.substr(i + 1));
+    samples.push_back(std::move(s));
+  }
+  return samples;
+}
+
+// The value of the one sample with exactly these labels, or nullopt.
+std::optional<double> Value(const std::string& text, const std::string& name,
+                            const Labels& labels = {}) {
+  for (const Sample& s : Parse(text)) {
+    if (s.name == name && s.labels == labels) return s.value;
+  }
+  return std::nullopt;
+}
+
+int CountSeries(const std::string& text, const std::string& name) {
+  int n = 0;
+  for (const Sample& s : Parse(text)) n += s.name == name;
+  return n;
+}
+
+std::unique_ptr<Metrics> MakeMetrics(const std::string& bind = "") {
+  auto metrics = Metrics::Create(bind, "cpu", "cpu");
+  EXPECT_TRUE(metrics.ok()) << metrics.status();
+  return metrics.ok() ? std::move(*metrics) : nullptr;
+}
+
+TEST(MetricsTest, EveryFamilyIsExportedWithItsType) {
+  auto metrics = MakeMetrics();
+  ASSERT_NE(metrics, nullptr);
+  // No kernel series until a kernel ran (op and algorithm come from the server's table), and
+  // prometheus-cpp leaves a family without series out of the scrape.
+  EXPECT_EQ(CountSeries(metrics->Scrape(), "opserve_kernel_launches_total"), 0);
+  metrics->RecordKernel("sum", "two_pass", 0.5, 4000, 1000);
+  const std::string text = metrics->Scrape();
+  const std::map<std::string, std::string> families = {
+      {"opserve_kernel_seconds_total", "counter"},
+      {"opserve_kernel_bytes_total", "counter"},
+      {"opserve_kernel_flops_total", "counter"},
+      {"opserve_kernel_launches_total", "counter"},
+      {"opserve_requests_total", "counter"},
+      {"opserve_request_duration_seconds", "histogram"},
+      {"opserve_queue_duration_seconds", "histogram"},
+      {"opserve_transfer_bytes_total", "counter"},
+      {"opserve_device_memory_bytes", "gauge"},
+      {"opserve_tensors", "gauge"},
+      {"opserve_inflight_requests", "gauge"},
+      {"opserve_build_info", "gauge"},
+  };
+  for (const auto& [name, type] : families) {
+    EXPECT_NE(text.find("# TYPE " + name + " " + type + "\n"), std::string::npos) << name;
+    EXPECT_NE(text.find("# HELP " + name + " "), std::string::npos) << name;
+  }
+  // Made at start-up, every code of every RPC, so that rate() sees the first error of each.
+  for (const char* rpc : {"PutTensor", "GetTensor", "DeleteTensor", "ListTensors", "Execute",
+                          "ListOps"}) {
+    for (const char* code : {"OK", "CANCELLED", "INVALID_ARGUMENT", "NOT_FOUND", "INTERNAL",
+                             "UNAVAILABLE", "UNAUTHENTICATED"}) {
+      EXPECT_EQ(Value(text, "opserve_requests_total", {{"rpc", rpc}, {"code", code}}), 0)
+          << rpc << " " << code;
+    }
+    EXPECT_EQ(Value(text, "opserve_request_duration_seconds_count", {{"rpc", rpc}}), 0) << rpc;
+  }
+  EXPECT_EQ(CountSeries(text, "opserve_requests_total"), 6 * 17);  // RPCs x gRPC codes
+  EXPECT_EQ(Value(text, "opserve_transfer_bytes_total", {{"direction", "upload"}}), 0);
+  EXPECT_EQ(Value(text, "opserve_transfer_bytes_total", {{"direction", "download"}}), 0);
+  EXPECT_EQ(Value(text, "opserve_build_info", {{"version", OPSERVE_VERSION}, {"backend", "cpu"}}),
+            1);
+  EXPECT_EQ(Value(text, "opserve_inflight_requests"), 0);
+  EXPECT_EQ(Value(text, "opserve_tensors", {{"device", "cpu"}}), 0);
+  for (const char* kind : {"used", "budget", "total"}) {
+    EXPECT_EQ(Value(text, "opserve_device_memory_bytes", {{"device", "cpu"}, {"kind", kind}}), 0);
+  }
+}
+
+TEST(MetricsTest, KernelCountersAddUpPerOpAndAlgorithm) {
+  auto metrics = MakeMetrics();
+  ASSERT_NE(metrics, nullptr);
+  metrics->RecordKernel("sum", "two_pass", 0.5, 4000, 1000);
+  metrics->RecordKernel("sum", "two_pass", 0.25, 2000, 500);
+  metrics->RecordKernel("matmul", "tiled", 2.0, 12, 1'000'000'000'000ULL);
+  const std::string text = metrics->Scrape();
+  const Labels sum = {{"op", "sum"}, {"algorithm", "two_pass"}, {"device", "cpu"}};
+  const Labels matmul = {{"op", "matmul"}, {"algorithm", "tiled"}, {"device", "cpu"}};
+  EXPECT_EQ(Value(text, "opserve_kernel_seconds_total", sum), 0.75);
+  EXPECT_EQ(Value(text, "opserve_kernel_bytes_total", sum), 6000);
+  EXPECT_EQ(Value(text, "opserve_kernel_flops_total", sum), 1500);
+  EXPECT_EQ(Value(text, "opserve_kernel_launches_total", sum), 2);
+  EXPECT_EQ(Value(text, "opserve_kernel_seconds_total", matmul), 2.0);
+  EXPECT_EQ(Value(text, "opserve_kernel_flops_total", matmul), 1e12);
+  EXPECT_EQ(Value(text, "opserve_kernel_launches_total", matmul), 1);
+  EXPECT_EQ(CountSeries(text, "opserve_kernel_launches_total"), 2);
+}
+
+TEST(MetricsTest, BadKernelTimeIsDroppedWithoutPoisoningTheCounter) {
+  auto metrics = MakeMetrics();
+  ASSERT_NE(metrics, nullptr);
+  metrics->RecordKernel("sum", "cub", 0.5, 8, 2);
+  metrics->RecordKernel("sum", "cub", std::numeric_limits<double>::quiet_NaN(), 8, 2);
+  metrics->RecordKernel("sum", "cub", -1.0, 8, 2);
+  metrics->RecordKernel("sum", "cub", std::numeric_limits<double>::infinity(), 8, 2);
+  const std::string text = metrics->Scrape();
+  const Labels sum = {{"op", "sum"}, {"algorithm", "cub"}, {"device", "cpu"}};
+  EXPECT_EQ(Value(text, "opserve_kernel_seconds_total", sum), 0.5);
+  EXPECT_EQ(Value(text, "opserve_kernel_bytes_total", sum), 32);
+  EXPECT_EQ(Value(text, "opserve_kernel_launches_total", sum), 4);
+}
+
+TEST(MetricsTest, RequestsAreCountedByRpcAndCanonicalCodeName) {
+  auto metrics = MakeMetrics();
+  ASSERT_NE(metrics, nullptr);
+  metrics->RecordRequest("Execute", absl::StatusCode::kOk, 0.001);
+  metrics->RecordRequest("Execute", absl::StatusCode::kOk, 0.002);
+  metrics->RecordRequest("Execute", absl::StatusCode::kInvalidArgument, 0.0001);
+  metrics->RecordRequest("PutTensor", absl::StatusCode::kResourceExhausted, 0.5);
+  metrics->RecordRequest("GetTensor", absl::StatusCode::kNotFound, 0.5);
+  metrics->RecordRequest("ListOps", static_cast<absl::StatusCode>(99), 0.5);  // not a code
+  const std::string text = metrics->Scrape();
+  const auto requests = [&](const char* rpc, const char* code) {
+    return Value(text, "opserve_requests_total", {{"rpc", rpc}, {"code", code}});
+  };
+  EXPECT_EQ(requests("Execute", "OK"), 2);
+  EXPECT_EQ(requests("Execute", "INVALID_ARGUMENT"), 1);
+  EXPECT_EQ(requests("PutTensor", "RESOURCE_EXHAUSTED"), 1);
+  EXPECT_EQ(requests("GetTensor", "NOT_FOUND"), 1);
+  EXPECT_EQ(requests("ListOps", "UNKNOWN"), 1);
+  EXPECT_EQ(Value(text, "opserve_request_duration_seconds_count", {{"rpc", "Execute"}}), 3);
+  EXPECT_NEAR(*Value(text, "opserve_request_duration_seconds_sum", {{"rpc", "Execute"}}), 0.0031,
+              1e-12);
+}
+
+TEST(MetricsTest, HistogramBucketsAreExponentialFrom10usTo10s) {
+  auto metrics = MakeMetrics();
+  ASSERT_NE(metrics, nullptr);
+  metrics->RecordRequest("Execute", absl::StatusCode::kOk, 0.00001);  // on the first bound
+  metrics->RecordRequest("Execute", absl::StatusCode::kOk, 0.003);
+  metrics->RecordRequest("Execute", absl::StatusCode::kOk, 60);  // past the last bound
+  metrics->RecordQueue("Execute", 0.0002);
+  std::vector<double> bounds;
+  std::map<double, double> counts;
+  std::map<double, double> queue_counts;
+  for (const Sample& s : Parse(metrics->Scrape())) {
+    if (s.labels.count("rpc") == 0 || s.labels.at("rpc") != "Execute") continue;
+    if (s.name == "opserve_request_duration_seconds_bucket") {
+      const double le = std::stod(s.labels.at("le"));  // stod reads "+Inf" as infinity
+      bounds.push_back(le);
+      counts[le] = s.value;
+    } else if (s.name == "opserve_queue_duration_seconds_bucket") {
+      queue_counts[std::stod(s.labels.at("le"))] = s.value;
+    }
+  }
+  ASSERT_EQ(bounds.size(), 20u);  // 19 bounds, three a decade, and +Inf
+  EXPECT_DOUBLE_EQ(bounds.front(), 1e-5);
+  EXPECT_DOUBLE_EQ(bounds[18], 10.0);
+  EXPECT_TRUE(std::isinf(bounds.back()));
+  for (size_t i = 1; i + 1 < bounds.size(); ++i) {
+    EXPECT_NEAR(bounds[i] / bounds[i - 1], std::cbrt(10.0), 0.01) << i;
+  }
+  EXPECT_EQ(counts[1e-5], 1);
+  EXPECT_EQ(counts[0.00215], 1);
+  EXPECT_EQ(counts[0.00464], 2);
+  EXPECT_EQ(counts[10.0], 2);
+  EXPECT_EQ(counts[std::numeric_limits<double>::infinity()], 3);
+  EXPECT_EQ(queue_counts[0.0001], 0);
+  EXPECT_EQ(queue_counts[0.000215], 1);
+}
+
+TEST(MetricsTest, TransferMemoryTensorsAndInflight) {
+  auto metrics = MakeMetrics();
+  ASSERT_NE(metrics, nullptr);
+  metrics->RecordTransfer("upload", 1 << 20);
+  metrics->RecordTransfer("upload", 1 << 20);
+  metrics->RecordTransfer("download", 7);
+  metrics->SetMemory(3'000'000'000ULL, 60'000'000'000ULL, 80'000'000'000ULL);
+  metrics->SetTensors(12);
+  metrics->AddInflight(3);
+  metrics->AddInflight(-1);
+  const std::string text = metrics->Scrape();
+  EXPECT_EQ(Value(text, "opserve_transfer_bytes_total", {{"direction", "upload"}}), 2 << 20);
+  EXPECT_EQ(Value(text, "opserve_transfer_bytes_total", {{"direction", "download"}}), 7);
+  EXPECT_EQ(Value(text, "opserve_device_memory_bytes", {{"device", "cpu"}, {"kind", "used"}}), 3e9);
+  EXPECT_EQ(Value(text, "opserve_device_memory_bytes", {{"device", "cpu"}, {"kind", "budget"}}),
+            6e10);
+  EXPECT_EQ(Value(text, "opserve_device_memory_bytes", {{"device", "cpu"}, {"kind", "total"}}),
+            8e10);
+  EXPECT_EQ(Value(text, "opserve_tensors", {{"device", "cpu"}}), 12);
+  EXPECT_EQ(Value(text, "opserve_inflight_requests"), 2);
+}
+
+TEST(MetricsTest, DeviceLabelIsTheOneGivenToCreate) {
+  auto metrics = Metrics::Create("", "cuda:0", "cuda");
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  (*metrics)->RecordKernel("transpose", "tma", 1e-6, 8, 0);
+  const std::string text = (*metrics)->Scrape();
+  EXPECT_EQ(Value(text, "opserve_kernel_bytes_total",
+                  {{"op", "transpose"}, {"algorithm", "tma"}, {"device", "cuda:0"}}),
+            8);
+  EXPECT_EQ(Value(text, "opserve_tensors", {{"device", "cuda:0"}}), 0);
+  EXPECT_EQ(Value(text, "opserve_build_info", {{"version", OPSERVE_VERSION}, {"backend", "cuda"}}),
+            1);
+}
+
+TEST(MetricsTest, LabelCardinalityIsBounded) {
+  auto metrics = MakeMetrics();
+  ASSERT_NE(metrics, nullptr);
+  for (int i = 0; i < 1000; ++i) {
+    const std::string name = "bogus_" + std::to_string(i);
+    metrics->RecordKernel(name, "auto", 1e-6, 1, 1);
+    metrics->RecordRequest(name, absl::StatusCode::kUnimplemented, 1e-6);
+    metrics->RecordQueue(name, 1e-6);
+    metrics->RecordTransfer(name, 1);
+  }
+  const std::string text = metrics->Scrape();
+  EXPECT_LE(CountSeries(text, "opserve_kernel_launches_total"), 257);
+  EXPECT_LE(CountSeries(text, "opserve_request_duration_seconds_count"), 33);
+  EXPECT_LE(CountSeries(text, "opserve_queue_duration_seconds_count"), 33);
+  EXPECT_LE(CountSeries(text, "opserve_transfer_bytes_total"), 9);
+  // Nothing is lost: what does not get its own series lands in "other".
+  double launches = 0;
+  for (const Sample& s : Parse(text)) {
+    if (s.name == "opserve_kernel_launches_total") launches += s.value;
+  }
+  EXPECT_EQ(launches, 1000);
+  EXPECT_GT(Value(text, "opserve_kernel_launches_total",
+                  {{"op", "other"}, {"algorithm", "other"}, {"device", "cpu"}})
+                .value_or(0),
+            0);
+  EXPECT_GT(Value(text, "opserve_requests_total", {{"rpc", "other"}, {"code", "UNIMPLEMENTED"}})
+                .value_or(0),
+            0);
+}
+
+TEST(MetricsTest, ConcurrentRecordingLosesNothing) {
+  auto metrics = MakeMetrics();
+  ASSERT_NE(metrics, nullptr);
+  constexpr int kThreads = 8;
+  constexpr int kPerThread = 5000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      const std::string algorithm = t % 2 ? "odd" : "even";
+      for (int i = 0; i < kPerThread; ++i) {
+        metrics->RecordKernel("row_sum", algorithm, 0.001, 3, 1);
+        metrics->RecordRequest("Execute", absl::StatusCode::kOk, 0.001);
+        metrics->AddInflight(1);
+        metrics->AddInflight(-1);
+        if (i % 1000 == 0) metrics->Scrape();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  const std::string text = metrics->Scrape();
+  for (const char* algorithm : {"odd", "even"}) {
+    const Labels labels = {{"op", "row_sum"}, {"algorithm", algorithm}, {"device", "cpu"}};
+    EXPECT_EQ(Value(text, "opserve_kernel_launches_total", labels), kThreads / 2 * kPerThread);
+    EXPECT_EQ(Value(text, "opserve_kernel_bytes_total", labels), 3.0 * kThreads / 2 * kPerThread);
+  }
+  EXPECT_EQ(Value(text, "opserve_requests_total", {{"rpc", "Execute"}, {"code", "OK"}}),
+            kThreads * kPerThread);
+  EXPECT_EQ(Value(text, "opserve_inflight_requests"), 0);
+}
+
+// ---- The HTTP exposer ----
+
+// A port that was free a moment ago (the kernel picks it; we close it for the exposer to take).
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// GET http://127.0.0.1:port/path with HTTP/1.0; returns the body, or nullopt on a non-200.
+std::optional<std::string> HttpGet(int port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  timeval timeout{.tv_sec = 10, .tv_usec = 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return std::nullopt;
+  }
+  const std::string request = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  send(fd, request.data(), request.size(), 0);
+  std::string response;
+  char buf[4096];
+  for (ssize_t n; (n = recv(fd, buf, sizeof(buf), 0)) > 0;) response.append(buf, n);
+  close(fd);
+  const size_t body = response.find("\r\n\r\n");
+  if (response.rfind("HTTP/1.1 200", 0) != 0 || body == std::string::npos) return std::nullopt;
+  return response.substr(body + 4);
+}
+
+TEST(MetricsExposerTest, ServesTheScrapeOverHttp) {
+  const int port = FreePort();
+  auto metrics = MakeMetrics("127.0.0.1:" + std::to_string(port));
+  ASSERT_NE(metrics, nullptr);
+  metrics->RecordKernel("sum", "two_pass", 0.5, 4000, 1000);
+  const std::optional<std::string> body = HttpGet(port, "/metrics");
+  ASSERT_TRUE(body.has_value());
+  EXPECT_EQ(Value(*body, "opserve_kernel_bytes_total",
+                  {{"op", "sum"}, {"algorithm", "two_pass"}, {"device", "cpu"}}),
+            4000);
+  EXPECT_EQ(Value(*body, "opserve_build_info", {{"version", OPSERVE_VERSION}, {"backend", "cpu"}}),
+            1);
+}
+
+TEST(MetricsExposerTest, TakenPortIsAStatusNotAnException) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(fd, 1), 0);
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  auto metrics = Metrics::Create("127.0.0.1:" + std::to_string(ntohs(addr.sin_port)), "cpu", "cpu");
+  close(fd);
+  EXPECT_FALSE(metrics.ok());
+  EXPECT_EQ(metrics.status().code(), absl::StatusCode::kUnavailable) << metrics.status();
+}
+
+// `promtool check metrics` (Debian package `prometheus`) lints the exposition: naming, units,
+// _total on counters, HELP text. CI installs it, so a missing promtool fails rather than skips.
+TEST(MetricsExposerTest, PromtoolAcceptsARealScrape) {
+  const int port = FreePort();
+  auto metrics = MakeMetrics("127.0.0.1:" + std::to_string(port));
+  ASSERT_NE(metrics, nullptr);
+  metrics->RecordKernel("matmul", "tiled", 0.01, 3 * 4 * 1024 * 1024, 2ULL * 1024 * 1024 * 1024);
+  metrics->RecordRequest("Execute", absl::StatusCode::kOk, 0.02);
+  metrics->RecordRequest("Execute", absl::StatusCode::kInvalidArgument, 0.0001);
+  metrics->RecordQueue("Execute", 0.0005);
+  metrics->RecordTransfer("upload", 4096);
+  metrics->SetMemory(1, 2, 3);
+  metrics->SetTensors(1);
+  const std::optional<std::string> body = HttpGet(port, "/metrics");
+  ASSERT_TRUE(body.has_value());
+
+  const std::filesystem::path dir = testing::TempDir();
+  const std::filesystem::path scrape = dir / "opserve_scrape.txt";
+  const std::filesystem::path out = dir / "opserve_promtool.txt";
+  std::ofstream(scrape) << *body;
+  const std::string command = "promtool check metrics < '" + scrape.string() + "' > '" +
+                              out.string() + "' 2>&1";
+  const int status = std::system(command.c_str());
+  std::ifstream in(out);
+  const std::string output((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_NE(WEXITSTATUS(status), 127) << "promtool not found: apt-get install prometheus";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << output;
+  EXPECT_EQ(output, "") << output;
+}
+
+}  // namespace
+}  // namespace opserve
