@@ -141,29 +141,4 @@ std::span<const OpSpec> Ops() { return kOps; }
 std::span<const AlgoSpec> Algorithms() { return AlgorithmTable(); }
 std::span<const AutoRule> AutoRules() { return kAutoRules; }
 
-const OpSpec* FindOp(absl::string_view name) {
-  for (const OpSpec& op : kOps) {
-    if (op.name == name) return &op;
-  }
-  return nullptr;
-}
-
-std::vector<const AlgoSpec*> AlgorithmsFor(absl::string_view op, const Backend& backend) {
-  std::vector<const AlgoSpec*> out;
-  for (const AlgoSpec& a : AlgorithmTable()) {
-    if (a.op == op && a.backend == backend.name() &&
-        a.min_compute_capability <= backend.compute_capability()) {
-      out.push_back(&a);
-    }
-  }
-  return out;
-}
-
-const AlgoSpec* FindAlgorithm(absl::string_view op, absl::string_view name, const Backend& backend) {
-  for (const AlgoSpec* a : AlgorithmsFor(op, backend)) {
-    if (a->name == name) return a;
-  }
-  return nullptr;
-}
-
 }  // namespace opserve

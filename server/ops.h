@@ -81,4 +81,10 @@ const OpSpec* FindOp(absl::string_view name);
 std::vector<const AlgoSpec*> AlgorithmsFor(absl::string_view op, const Backend& backend);
 const AlgoSpec* FindAlgorithm(absl::string_view op, absl::string_view name, const Backend& backend);
 
+// The algorithm a node of `op` runs on `backend`: the one `requested`, or for "" / "auto" the
+// op's AutoRule, else its default. UNIMPLEMENTED (listing what the backend has) when the
+// backend lacks it or it does not run the inputs' dtype.
+absl::StatusOr<const AlgoSpec*> ResolveAlgorithm(const OpSpec& op, std::span<const TensorMeta> inputs,
+                                                 absl::string_view requested, const Backend& backend);
+
 }  // namespace opserve

@@ -17,20 +17,6 @@ absl::Status AtNode(const absl::Status& s, absl::string_view id, absl::string_vi
   return absl::Status(s.code(), absl::StrCat("node ", Quote(id), " (", op, "): ", s.message()));
 }
 
-std::string AlgorithmNames(const std::vector<const AlgoSpec*>& algos) {
-  std::vector<absl::string_view> names;
-  for (const AlgoSpec* a : algos) names.push_back(a->name);
-  names.push_back("auto");
-  return absl::StrJoin(names, ", ");
-}
-
-bool Accepts(const AlgoSpec& a, DType d) {
-  for (DType x : a.dtypes) {
-    if (x == d) return true;
-  }
-  return false;
-}
-
 absl::StatusOr<AttrMap> ConvertAttrs(const v1::Node& node, const OpSpec& op) {
   AttrMap attrs;
   for (const auto& [key, value] : node.attrs()) {
@@ -51,45 +37,6 @@ absl::StatusOr<AttrMap> ConvertAttrs(const v1::Node& node, const OpSpec& op) {
     }
   }
   return attrs;
-}
-
-// Chooses the algorithm a node runs: the one named, or for "auto" the op's chooser or default.
-absl::StatusOr<const AlgoSpec*> ResolveAlgorithm(const PlanNode& n, const std::string& requested,
-                                                  const Backend& backend) {
-  const auto algos = AlgorithmsFor(n.op->name, backend);
-  const DType dtype = n.input_meta[0].dtype;
-  if (requested.empty() || requested == "auto") {
-    for (const AutoRule& rule : AutoRules()) {
-      if (rule.op != n.op->name || rule.backend != backend.name()) continue;
-      const AlgoSpec* a = FindAlgorithm(n.op->name, rule.choose(n.input_meta, backend), backend);
-      if (a != nullptr && Accepts(*a, dtype)) return a;
-    }
-    for (const AlgoSpec* a : algos) {
-      if (a->is_default && Accepts(*a, dtype)) return a;
-    }
-    for (const AlgoSpec* a : algos) {
-      if (Accepts(*a, dtype)) return a;
-    }
-    return absl::UnimplementedError(absl::StrCat("no algorithm of the ", backend.name(),
-                                                 " backend runs ", DTypeName(dtype), " ",
-                                                 n.op->name));
-  }
-  const AlgoSpec* a = FindAlgorithm(n.op->name, requested, backend);
-  if (a == nullptr) {
-    return absl::UnimplementedError(absl::StrCat("algorithm ", Quote(requested), " is not available on the ",
-                                                 backend.name(), " backend; it has: ",
-                                                 AlgorithmNames(algos)));
-  }
-  if (!Accepts(*a, dtype)) {
-    std::vector<const AlgoSpec*> ok;
-    for (const AlgoSpec* x : algos) {
-      if (Accepts(*x, dtype)) ok.push_back(x);
-    }
-    return absl::UnimplementedError(absl::StrCat("algorithm ", Quote(requested), " does not run ",
-                                                 DTypeName(dtype), "; algorithms that do: ",
-                                                 AlgorithmNames(ok)));
-  }
-  return a;
 }
 
 }  // namespace
@@ -251,7 +198,7 @@ absl::StatusOr<Plan> BuildPlan(const v1::ExecuteRequest& request, const Backend&
     if (!out.ok()) return at(out.status());
     n.output = *std::move(out);
     if (auto s = CheckMeta(n.output, limits.max_tensor_bytes, "output"); !s.ok()) return at(s);
-    auto algo = ResolveAlgorithm(n, node.algorithm(), backend);
+    auto algo = ResolveAlgorithm(*n.op, n.input_meta, node.algorithm(), backend);
     if (!algo.ok()) return at(algo.status());
     n.algo = *algo;
     n.cost = n.op->cost(n.input_meta, n.output);
