@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Packs the server, the CLI and the test binaries with every shared library they need into
-# .bundle/opserve-bundle.tgz, for the lent GPU machine (which has CUDA and glibc but no gRPC,
+# .bundle/opserve-bundle.tgz (or the path given second), for the lent GPU machine (which has CUDA and glibc but no gRPC,
 # Abseil or prometheus-cpp). See ../shared/GPU.md.
 #  - binaries: bin/, libraries: lib/ (RPATH $ORIGIN/../lib, then /usr/local/cuda/lib64)
 #  - left out: glibc's own libraries, the driver (libcuda, libnvidia-*) and cuBLAS/cudart,
@@ -8,12 +8,14 @@
 set -euo pipefail
 build=${1:-build}
 root=$(cd "$(dirname "$0")/.." && pwd)
+bundle=${2:-$root/.bundle/opserve-bundle.tgz}
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
-mkdir -p "$stage/opserve/bin" "$stage/opserve/lib" "$root/.bundle"
+mkdir -p "$stage/opserve/bin" "$stage/opserve/lib"
 
 bins=()
-for b in server/opserve client/opserve-cli tests/gpu/gpu_test tests/e2e/e2e_test tests/unit/unit_test; do
+for b in server/opserve client/opserve-cli tests/gpu/gpu_test tests/e2e/e2e_test tests/unit/unit_test \
+         tests/bench/opserve-bench; do
   if [[ -x "$build/$b" ]]; then bins+=("$build/$b"); fi
 done
 cp "${bins[@]}" "$stage/opserve/bin/"
@@ -29,5 +31,6 @@ done
 for l in "$stage"/opserve/lib/*; do patchelf --set-rpath '$ORIGIN' "$l"; done
 for b in "$stage"/opserve/bin/*; do patchelf --set-rpath '$ORIGIN/../lib:/usr/local/cuda/lib64' "$b"; done
 cp "$root/scripts/gpu-suite.sh" "$stage/opserve/"
-tar czf "$root/.bundle/opserve-bundle.tgz" -C "$stage" opserve
-du -sh "$root/.bundle/opserve-bundle.tgz" "$stage/opserve"
+mkdir -p "$(dirname "$bundle")"
+tar czf "$bundle" -C "$stage" opserve
+du -sh "$bundle" "$stage/opserve"
