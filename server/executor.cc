@@ -72,6 +72,12 @@ absl::Status ExecutePlan(const Plan& plan, const ExecuteContext& ctx,
     KernelArgs args{ptrs, n.input_meta, outputs[i]->data(), n.output, n.attrs, *ctx.env};
     ctx.env->MarkStart(i);
     absl::Status s = n.algo->run(args);
+#if OPSERVE_TEST_HOOKS
+    if (!ctx.fail_algorithm.empty() &&
+        ctx.fail_algorithm == absl::StrCat(std::string(n.op->name), "/", std::string(n.algo->name))) {
+      s = absl::InternalError("injected kernel fault (--test_fail_algorithm)");
+    }
+#endif
     ctx.env->MarkEnd(i);
     if (!s.ok()) {
       (void)ctx.env->Finish(i + 1);  // drain the device before buffers go back
@@ -126,7 +132,7 @@ absl::Status ExecutePlan(const Plan& plan, const ExecuteContext& ctx,
     }
   }
   if (!to_store.empty()) {
-    RETURN_IF_ERROR(ctx.store->InsertAll(to_store, overwrite));
+    RETURN_IF_ERROR(ctx.store->InsertAll(to_store, overwrite, plan.ns));
     for (const StoredTensorPtr& t : to_store) {
       v1::TensorInfo* info = response->add_stored();
       info->set_name(t->name);

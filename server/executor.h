@@ -18,6 +18,8 @@ struct ExecuteContext {
   Metrics* metrics;  // may be null
   // Called before each node: a non-OK status (deadline, cancellation) abandons the request.
   std::function<absl::Status()> check_alive;
+  // Test builds: "op/algorithm" that fails as a faulty kernel would (--test_fail_algorithm).
+  std::string fail_algorithm;
 };
 
 // Fills `response` (outputs, per-node results, and the input/compute/output timings).

@@ -13,6 +13,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "server/cpu/cpu_backend.h"
+#include "server/security.h"
 #include "server/service.h"
 #if OPSERVE_WITH_CUDA
 #include "server/cuda/cuda_backend.h"
@@ -30,6 +31,15 @@ ABSL_FLAG(int, max_inflight, 64, "most Execute requests queued or running on the
 ABSL_FLAG(uint64_t, max_message_bytes, 256ull << 20, "largest gRPC message, either direction");
 ABSL_FLAG(uint32_t, chunk_bytes, 1u << 20, "default GetTensor chunk size");
 ABSL_FLAG(int, shutdown_grace_seconds, 30, "how long SIGTERM waits for calls in flight");
+ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate (turns TLS on, with --tls_key)");
+ABSL_FLAG(std::string, tls_key, "", "PEM server private key");
+ABSL_FLAG(std::string, tls_client_ca, "", "PEM CA of client certificates (turns mutual TLS on)");
+ABSL_FLAG(std::string, auth_tokens_file, "",
+          "bearer tokens, one 'tenant:token' a line; each tenant sees only its own tensors");
+#if OPSERVE_TEST_HOOKS
+ABSL_FLAG(std::string, test_fail_algorithm, "",
+          "test builds only: every node running OP/ALGORITHM fails as a kernel would");
+#endif
 
 namespace opserve {
 namespace {
@@ -85,6 +95,23 @@ int Run() {
   options.limits.max_graph_nodes = absl::GetFlag(FLAGS_max_graph_nodes);
   options.limits.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.default_chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
+  if (!absl::GetFlag(FLAGS_auth_tokens_file).empty()) {
+    auto tokens = LoadTokens(absl::GetFlag(FLAGS_auth_tokens_file));
+    if (!tokens.ok()) {
+      std::cerr << "opserve: " << tokens.status() << std::endl;
+      return 2;
+    }
+    options.tokens = *std::move(tokens);
+  }
+#if OPSERVE_TEST_HOOKS
+  options.fail_algorithm = absl::GetFlag(FLAGS_test_fail_algorithm);
+#endif
+  auto credentials = MakeServerCredentials(absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+                                           absl::GetFlag(FLAGS_tls_client_ca));
+  if (!credentials.ok()) {
+    std::cerr << "opserve: " << credentials.status() << std::endl;
+    return 2;
+  }
 
   std::unique_ptr<Metrics> metrics;
   if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
@@ -111,7 +138,7 @@ int Run() {
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port)),
-                           grpc::InsecureServerCredentials(), &port);
+                           *credentials, &port);
   const int max_message = static_cast<int>(std::min<uint64_t>(options.limits.max_message_bytes, INT32_MAX));
   builder.SetMaxReceiveMessageSize(max_message);
   builder.SetMaxSendMessageSize(max_message);

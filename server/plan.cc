@@ -56,7 +56,8 @@ absl::StatusOr<TensorMeta> MetaFromProto(int dtype,
 }
 
 absl::StatusOr<Plan> BuildPlan(const v1::ExecuteRequest& request, const Backend& backend,
-                               const TensorStore& store, const Limits& limits) {
+                               const TensorStore& store, const Limits& limits,
+                               const std::string& ns) {
   const int num_nodes = request.nodes_size();
   if (num_nodes == 0) return absl::InvalidArgumentError("the graph has no nodes");
   if (num_nodes > limits.max_graph_nodes) {
@@ -67,6 +68,7 @@ absl::StatusOr<Plan> BuildPlan(const v1::ExecuteRequest& request, const Backend&
 
   // Inline tensors: checked once here, whether or not a node reads them.
   Plan plan;
+  plan.ns = ns;
   std::map<std::string, int, std::less<>> inline_index;
   for (const auto& [name, t] : request.inline_tensors()) {
     const std::string what = absl::StrCat("inline tensor ", Quote(name));
@@ -162,7 +164,7 @@ absl::StatusOr<Plan> BuildPlan(const v1::ExecuteRequest& request, const Backend&
       PlanInput pi;
       switch (in.source_case()) {
         case v1::Input::kStored: {
-          auto t = store.Get(in.stored());
+          auto t = store.Get(in.stored(), ns);
           if (!t.ok()) return at(absl::Status(t.status().code(), absl::StrCat("input ", j, ": ", t.status().message())));
           pi.source = PlanInput::Source::kStored;
           pi.stored = *t;
@@ -228,7 +230,7 @@ absl::StatusOr<Plan> BuildPlan(const v1::ExecuteRequest& request, const Backend&
         return absl::InvalidArgumentError(
             absl::StrCat("two outputs store under the name ", Quote(o.store_as())));
       }
-      RETURN_IF_ERROR(store.CheckFree(o.store_as(), o.overwrite()));
+      RETURN_IF_ERROR(store.CheckFree(o.store_as(), o.overwrite(), ns));
       n.store_as.push_back({o.store_as(), o.overwrite()});
     }
   }

@@ -54,10 +54,12 @@ struct PlanNode {
 struct Plan {
   std::vector<PlanNode> nodes;  // in topological order
   std::vector<PlanInline> inlines;
+  std::string ns;  // the caller's tensor namespace: where stored inputs and outputs live
 };
 
 absl::StatusOr<Plan> BuildPlan(const v1::ExecuteRequest& request, const Backend& backend,
-                               const TensorStore& store, const Limits& limits);
+                               const TensorStore& store, const Limits& limits,
+                               const std::string& ns = "");
 
 // Converts a proto dtype + shape to TensorMeta and checks it (CheckMeta).
 absl::StatusOr<TensorMeta> MetaFromProto(int dtype, const google::protobuf::RepeatedField<int64_t>& shape,

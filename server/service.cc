@@ -24,6 +24,23 @@ absl::Status CheckAlive(grpc::CallbackServerContext* ctx) {
 
 }  // namespace
 
+absl::StatusOr<std::string> OpServeService::Authenticate(grpc::CallbackServerContext* ctx) const {
+  if (options_.tokens.empty()) return std::string();
+  const auto& md = ctx->client_metadata();
+  auto it = md.find("authorization");
+  if (it == md.end()) {
+    return absl::UnauthenticatedError("missing 'authorization: Bearer <token>' metadata");
+  }
+  const absl::string_view value(it->second.data(), it->second.size());
+  constexpr absl::string_view kBearer = "Bearer ";
+  if (value.substr(0, kBearer.size()) != kBearer) {
+    return absl::UnauthenticatedError("the authorization metadata is not 'Bearer <token>'");
+  }
+  auto tenant = options_.tokens.find(std::string(value.substr(kBearer.size())));
+  if (tenant == options_.tokens.end()) return absl::UnauthenticatedError("unknown bearer token");
+  return tenant->second;
+}
+
 void FillTensorInfo(const StoredTensor& t, const std::string& device, v1::TensorInfo* info) {
   info->set_name(t.name);
   info->set_dtype(static_cast<v1::DType>(t.meta.dtype));
@@ -52,7 +69,8 @@ grpc::ServerUnaryReactor* OpServeService::DeleteTensor(grpc::CallbackServerConte
   auto* reactor = ctx->DefaultReactor();
   absl::Status s;
   {  // our reference to the erased tensor goes before the gauges read the budget
-    auto erased = store_.Erase(req->name());
+    auto ns = Authenticate(ctx);
+    auto erased = ns.ok() ? store_.Erase(req->name(), *ns) : ns.status();
     s = erased.status();
     if (erased.ok()) FillTensorInfo(**erased, backend_.device(), resp->mutable_info());
   }
@@ -66,12 +84,15 @@ grpc::ServerUnaryReactor* OpServeService::ListTensors(grpc::CallbackServerContex
                                                       const v1::ListTensorsRequest*,
                                                       v1::ListTensorsResponse* resp) {
   const auto start = Clock::now();
-  for (const StoredTensorPtr& t : store_.List()) {
-    FillTensorInfo(*t, backend_.device(), resp->add_tensors());
+  auto ns = Authenticate(ctx);
+  if (ns.ok()) {
+    for (const StoredTensorPtr& t : store_.List(*ns)) {
+      FillTensorInfo(*t, backend_.device(), resp->add_tensors());
+    }
   }
-  RecordRpc("ListTensors", absl::OkStatus(), start);
+  RecordRpc("ListTensors", ns.status(), start);
   auto* reactor = ctx->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
+  reactor->Finish(ToGrpcStatus(ns.status()));
   return reactor;
 }
 
@@ -79,6 +100,12 @@ grpc::ServerUnaryReactor* OpServeService::ListOps(grpc::CallbackServerContext* c
                                                   const v1::ListOpsRequest*,
                                                   v1::ListOpsResponse* resp) {
   const auto start = Clock::now();
+  auto* reactor = ctx->DefaultReactor();
+  if (auto ns = Authenticate(ctx); !ns.ok()) {
+    RecordRpc("ListOps", ns.status(), start);
+    reactor->Finish(ToGrpcStatus(ns.status()));
+    return reactor;
+  }
   resp->set_backend(backend_.name());
   resp->set_device(backend_.description());
   for (const OpSpec& op : Ops()) {
@@ -99,7 +126,6 @@ grpc::ServerUnaryReactor* OpServeService::ListOps(grpc::CallbackServerContext* c
     }
   }
   RecordRpc("ListOps", absl::OkStatus(), start);
-  auto* reactor = ctx->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }
@@ -117,7 +143,12 @@ grpc::ServerUnaryReactor* OpServeService::Execute(grpc::CallbackServerContext* c
     reactor->Finish(ToGrpcStatus(s));
   };
   if (metrics_) metrics_->AddInflight(1);
-  auto plan = BuildPlan(*req, backend_, store_, options_.limits);
+  auto ns = Authenticate(ctx);
+  if (!ns.ok()) {
+    finish(ns.status());
+    return reactor;
+  }
+  auto plan = BuildPlan(*req, backend_, store_, options_.limits, *ns);
   if (!plan.ok()) {
     finish(plan.status());
     return reactor;
@@ -128,7 +159,8 @@ grpc::ServerUnaryReactor* OpServeService::Execute(grpc::CallbackServerContext* c
     if (metrics_) metrics_->RecordQueue("Execute", queue_us * 1e-6);
     absl::Status s = CheckAlive(ctx);
     if (s.ok()) {
-      ExecuteContext ec{&backend_, &env, &store_, metrics_, [ctx] { return CheckAlive(ctx); }};
+      ExecuteContext ec{&backend_, &env, &store_, metrics_, [ctx] { return CheckAlive(ctx); },
+                        options_.fail_algorithm};
       s = ExecutePlan(*shared_plan, ec, resp);
     }
     resp->mutable_timing()->set_queue_us(queue_us);

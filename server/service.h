@@ -5,6 +5,8 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <map>
+#include <string>
 
 #include "opserve/v1/opserve.grpc.pb.h"
 #include "server/device_worker.h"
@@ -17,6 +19,10 @@ namespace opserve {
 struct ServiceOptions {
   Limits limits;
   uint32_t default_chunk_bytes = 1 << 20;
+  // Bearer token -> tenant (the tensor namespace). Empty: no authentication, one namespace.
+  std::map<std::string, std::string> tokens;
+  // Test builds: "op/algorithm" whose every run fails as a faulty kernel would.
+  std::string fail_algorithm;
 };
 
 class OpServeService final : public v1::OpServe::CallbackService {
@@ -53,6 +59,9 @@ class OpServeService final : public v1::OpServe::CallbackService {
   void RecordRpc(absl::string_view rpc, const absl::Status& s,
                  std::chrono::steady_clock::time_point start);
   void UpdateStoreGauges();
+  // The caller's tensor namespace from its bearer token; UNAUTHENTICATED when tokens are
+  // configured and the call has none or a wrong one.
+  absl::StatusOr<std::string> Authenticate(grpc::CallbackServerContext* ctx) const;
 
  private:
   Backend& backend_;

@@ -24,41 +24,44 @@ absl::Status CheckTensorName(const std::string& name, absl::string_view what) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<StoredTensorPtr> TensorStore::Get(const std::string& name) const {
+absl::StatusOr<StoredTensorPtr> TensorStore::Get(const std::string& name,
+                                                 const std::string& ns) const {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = tensors_.find(name);
+  auto it = tensors_.find({ns, name});
   if (it == tensors_.end()) {
     return absl::NotFoundError(absl::StrCat("tensor '", name, "' is not stored on this server"));
   }
   return it->second;
 }
 
-absl::Status TensorStore::CheckFreeLocked(const std::string& name, bool overwrite) const {
-  if (!overwrite && tensors_.count(name) > 0) {
+absl::Status TensorStore::CheckFreeLocked(const Key& key, bool overwrite) const {
+  if (!overwrite && tensors_.count(key) > 0) {
     return absl::AlreadyExistsError(
-        absl::StrCat("tensor '", name, "' already exists; set overwrite to replace it"));
+        absl::StrCat("tensor '", key.second, "' already exists; set overwrite to replace it"));
   }
   return absl::OkStatus();
 }
 
-absl::Status TensorStore::CheckFree(const std::string& name, bool overwrite) const {
+absl::Status TensorStore::CheckFree(const std::string& name, bool overwrite,
+                                    const std::string& ns) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return CheckFreeLocked(name, overwrite);
+  return CheckFreeLocked({ns, name}, overwrite);
 }
 
 absl::Status TensorStore::InsertAll(std::vector<StoredTensorPtr> tensors,
-                                    std::vector<bool> overwrite) {
+                                    std::vector<bool> overwrite, const std::string& ns) {
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = 0; i < tensors.size(); ++i) {
-    if (auto s = CheckFreeLocked(tensors[i]->name, overwrite[i]); !s.ok()) return s;
+    if (auto s = CheckFreeLocked({ns, tensors[i]->name}, overwrite[i]); !s.ok()) return s;
   }
-  for (auto& t : tensors) tensors_[t->name] = std::move(t);
+  for (auto& t : tensors) tensors_[{ns, t->name}] = std::move(t);
   return absl::OkStatus();
 }
 
-absl::StatusOr<StoredTensorPtr> TensorStore::Erase(const std::string& name) {
+absl::StatusOr<StoredTensorPtr> TensorStore::Erase(const std::string& name,
+                                                   const std::string& ns) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = tensors_.find(name);
+  auto it = tensors_.find({ns, name});
   if (it == tensors_.end()) {
     return absl::NotFoundError(absl::StrCat("tensor '", name, "' is not stored on this server"));
   }
@@ -67,11 +70,12 @@ absl::StatusOr<StoredTensorPtr> TensorStore::Erase(const std::string& name) {
   return t;
 }
 
-std::vector<StoredTensorPtr> TensorStore::List() const {
+std::vector<StoredTensorPtr> TensorStore::List(const std::string& ns) const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<StoredTensorPtr> out;
-  out.reserve(tensors_.size());
-  for (const auto& [name, t] : tensors_) out.push_back(t);
+  for (auto it = tensors_.lower_bound({ns, ""}); it != tensors_.end() && it->first.first == ns; ++it) {
+    out.push_back(it->second);
+  }
   return out;
 }
 

@@ -23,22 +23,26 @@ struct StoredTensor {
 };
 using StoredTensorPtr = std::shared_ptr<const StoredTensor>;
 
+// Each method takes the caller's namespace `ns` (one per auth token; "" without auth): a name
+// in one namespace is invisible to every other.
 class TensorStore {
  public:
   // Looks a tensor up; NOT_FOUND names it.
-  absl::StatusOr<StoredTensorPtr> Get(const std::string& name) const;
+  absl::StatusOr<StoredTensorPtr> Get(const std::string& name, const std::string& ns = "") const;
   // Fails with ALREADY_EXISTS unless the name is free or `overwrite`.
-  absl::Status CheckFree(const std::string& name, bool overwrite) const;
+  absl::Status CheckFree(const std::string& name, bool overwrite, const std::string& ns = "") const;
   // Inserts all tensors or none: every name is checked before any is written.
-  absl::Status InsertAll(std::vector<StoredTensorPtr> tensors, std::vector<bool> overwrite);
-  absl::StatusOr<StoredTensorPtr> Erase(const std::string& name);
-  std::vector<StoredTensorPtr> List() const;
-  size_t size() const;
+  absl::Status InsertAll(std::vector<StoredTensorPtr> tensors, std::vector<bool> overwrite,
+                         const std::string& ns = "");
+  absl::StatusOr<StoredTensorPtr> Erase(const std::string& name, const std::string& ns = "");
+  std::vector<StoredTensorPtr> List(const std::string& ns = "") const;
+  size_t size() const;  // across namespaces
 
  private:
-  absl::Status CheckFreeLocked(const std::string& name, bool overwrite) const;
+  using Key = std::pair<std::string, std::string>;  // (ns, name)
+  absl::Status CheckFreeLocked(const Key& key, bool overwrite) const;
   mutable std::mutex mu_;
-  std::map<std::string, StoredTensorPtr> tensors_;
+  std::map<Key, StoredTensorPtr> tensors_;
 };
 
 // Tensor names: 1..256 bytes of [A-Za-z0-9_.:/-]; they show up in logs and messages.

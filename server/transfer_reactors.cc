@@ -1,11 +1,12 @@
-// PutTensor and GetTensor: streaming reactors that move tensor bytes in chunks.
-// A put holds its bytes in a budget-charged buffer that joins the store only once every byte
-// arrived and the count matched the shape: a failed or abandoned upload leaves nothing behind.
+// PutTensor and GetTensor: streaming reactors that move tensor bytes in chunks. A put's bytes
+// are assembled by PutAssembly, which commits only a complete tensor.
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "server/grpc_status.h"
+#include "server/put_assembly.h"
 #include "server/service.h"
 #include "server/status_macros.h"
 
@@ -22,18 +23,22 @@ class PutReactor final : public grpc::ServerReadReactor<v1::PutTensorRequest> {
  public:
   PutReactor(OpServeService* svc, grpc::CallbackServerContext* ctx, v1::PutTensorResponse* resp)
       : svc_(svc), ctx_(ctx), resp_(resp) {
+    auto ns = svc_->Authenticate(ctx);
+    if (!ns.ok()) {
+      Complete(ns.status());
+      return;
+    }
+    assembly_.emplace(svc_->backend(), svc_->store(), svc_->options().limits, *ns);
     StartRead(&msg_);
   }
 
   void OnReadDone(bool ok) override {
     if (!ok) {  // the client half-closed, or the call broke
       Complete(ctx_->IsCancelled() ? absl::CancelledError("the client cancelled the upload")
-                                   : Commit());
+                                   : assembly_->Commit(resp_->mutable_info()));
       return;
     }
-    absl::Status s = msg_.kind_case() == v1::PutTensorRequest::kHeader ? OnHeader(msg_.header())
-                                                                       : OnChunk(msg_.chunk());
-    if (!s.ok()) {
+    if (absl::Status s = assembly_->OnMessage(msg_); !s.ok()) {
       Complete(s);
       return;
     }
@@ -43,58 +48,11 @@ class PutReactor final : public grpc::ServerReadReactor<v1::PutTensorRequest> {
   void OnDone() override { delete this; }
 
  private:
-  absl::Status OnHeader(const v1::PutTensorHeader& h) {
-    if (tensor_) return absl::InvalidArgumentError("a second header arrived; send one per stream");
-    const std::string what = absl::StrCat("tensor '", h.name(), "'");
-    RETURN_IF_ERROR(CheckTensorName(h.name(), what));
-    ASSIGN_OR_RETURN(TensorMeta meta, MetaFromProto(h.dtype(), h.shape(),
-                                                    svc_->options().limits.max_tensor_bytes, what));
-    RETURN_IF_ERROR(svc_->store().CheckFree(h.name(), h.overwrite()));
-    auto buffer = svc_->backend().Allocate(meta.Bytes());
-    if (!buffer.ok()) {
-      return absl::Status(buffer.status().code(), absl::StrCat(what, ": ", buffer.status().message()));
-    }
-    uploader_ = svc_->backend().NewUploader(*buffer);
-    tensor_ = std::make_shared<StoredTensor>(StoredTensor{h.name(), std::move(meta), *std::move(buffer)});
-    overwrite_ = h.overwrite();
-    return absl::OkStatus();
-  }
-
-  absl::Status OnChunk(const std::string& chunk) {
-    if (!tensor_) {
-      return absl::InvalidArgumentError("the first PutTensor message must be the header");
-    }
-    const uint64_t expected = tensor_->meta.Bytes();
-    if (chunk.size() > expected - received_) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor '", tensor_->name, "': received more than the ", expected, " bytes that ",
-          tensor_->meta.DebugString(), " holds (", received_ + chunk.size(), " so far)"));
-    }
-    RETURN_IF_ERROR(uploader_->Append(chunk.data(), chunk.size()));
-    received_ += chunk.size();
-    return absl::OkStatus();
-  }
-
-  absl::Status Commit() {
-    if (!tensor_) return absl::InvalidArgumentError("the upload ended before its header");
-    if (received_ != tensor_->meta.Bytes()) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", tensor_->name, "': received ",
-                                                     received_, " bytes, expected ",
-                                                     tensor_->meta.Bytes(), " for ",
-                                                     tensor_->meta.DebugString()));
-    }
-    RETURN_IF_ERROR(uploader_->Finish());
-    RETURN_IF_ERROR(svc_->store().InsertAll({tensor_}, {overwrite_}));
-    FillTensorInfo(*tensor_, svc_->backend().device(), resp_->mutable_info());
-    return absl::OkStatus();
-  }
-
-  void Complete(absl::Status s) {
+  void Complete(const absl::Status& s) {
     resp_->set_seconds(std::chrono::duration<double>(Clock::now() - start_).count());
-    if (s.ok() && svc_->metrics()) svc_->metrics()->RecordTransfer("upload", received_);
+    if (s.ok() && svc_->metrics()) svc_->metrics()->RecordTransfer("upload", assembly_->received());
     // Whatever was not committed goes back to the pool and the budget now.
-    uploader_.reset();
-    tensor_.reset();
+    assembly_.reset();
     svc_->UpdateStoreGauges();
     svc_->RecordRpc("PutTensor", s, start_);
     Finish(ToGrpcStatus(s));
@@ -105,16 +63,19 @@ class PutReactor final : public grpc::ServerReadReactor<v1::PutTensorRequest> {
   v1::PutTensorResponse* resp_;
   const Clock::time_point start_ = Clock::now();
   v1::PutTensorRequest msg_;
-  std::shared_ptr<StoredTensor> tensor_;
-  std::unique_ptr<Uploader> uploader_;
-  bool overwrite_ = false;
-  uint64_t received_ = 0;
+  std::optional<PutAssembly> assembly_;
 };
 
 class GetReactor final : public grpc::ServerWriteReactor<v1::GetTensorResponse> {
  public:
-  GetReactor(OpServeService* svc, const v1::GetTensorRequest* req) : svc_(svc) {
-    auto t = svc_->store().Get(req->name());
+  GetReactor(OpServeService* svc, grpc::CallbackServerContext* ctx, const v1::GetTensorRequest* req)
+      : svc_(svc) {
+    auto ns = svc_->Authenticate(ctx);
+    if (!ns.ok()) {
+      Complete(ns.status());
+      return;
+    }
+    auto t = svc_->store().Get(req->name(), *ns);
     if (!t.ok()) {
       Complete(t.status());
       return;
@@ -174,8 +135,8 @@ grpc::ServerReadReactor<v1::PutTensorRequest>* OpServeService::PutTensor(
 }
 
 grpc::ServerWriteReactor<v1::GetTensorResponse>* OpServeService::GetTensor(
-    grpc::CallbackServerContext*, const v1::GetTensorRequest* req) {
-  return new GetReactor(this, req);
+    grpc::CallbackServerContext* ctx, const v1::GetTensorRequest* req) {
+  return new GetReactor(this, ctx, req);
 }
 
 }  // namespace opserve

@@ -1,0 +1,66 @@
+#include "server/put_assembly.h"
+
+#include "absl/strings/str_cat.h"
+#include "server/status_macros.h"
+
+namespace opserve {
+
+absl::Status PutAssembly::OnMessage(const v1::PutTensorRequest& msg) {
+  switch (msg.kind_case()) {
+    case v1::PutTensorRequest::kHeader:
+      return OnHeader(msg.header());
+    case v1::PutTensorRequest::kChunk:
+      return OnChunk(msg.chunk());
+    default:
+      return absl::InvalidArgumentError("a PutTensor message carries neither header nor chunk");
+  }
+}
+
+absl::Status PutAssembly::OnHeader(const v1::PutTensorHeader& h) {
+  if (tensor_) return absl::InvalidArgumentError("a second header arrived; send one per stream");
+  const std::string what = absl::StrCat("tensor '", h.name(), "'");
+  RETURN_IF_ERROR(CheckTensorName(h.name(), what));
+  ASSIGN_OR_RETURN(TensorMeta meta, MetaFromProto(h.dtype(), h.shape(), limits_.max_tensor_bytes, what));
+  RETURN_IF_ERROR(store_.CheckFree(h.name(), h.overwrite(), ns_));
+  auto buffer = backend_.Allocate(meta.Bytes());
+  if (!buffer.ok()) {
+    return absl::Status(buffer.status().code(), absl::StrCat(what, ": ", buffer.status().message()));
+  }
+  uploader_ = backend_.NewUploader(*buffer);
+  tensor_ = std::make_shared<StoredTensor>(StoredTensor{h.name(), std::move(meta), *std::move(buffer)});
+  overwrite_ = h.overwrite();
+  return absl::OkStatus();
+}
+
+absl::Status PutAssembly::OnChunk(const std::string& chunk) {
+  if (!tensor_) return absl::InvalidArgumentError("the first PutTensor message must be the header");
+  const uint64_t expected = tensor_->meta.Bytes();
+  if (chunk.size() > expected - received_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", tensor_->name, "': received more than the ", expected, " bytes that ",
+        tensor_->meta.DebugString(), " holds (", received_ + chunk.size(), " so far)"));
+  }
+  RETURN_IF_ERROR(uploader_->Append(chunk.data(), chunk.size()));
+  received_ += chunk.size();
+  return absl::OkStatus();
+}
+
+absl::Status PutAssembly::Commit(v1::TensorInfo* info) {
+  if (!tensor_) return absl::InvalidArgumentError("the upload ended before its header");
+  if (received_ != tensor_->meta.Bytes()) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", tensor_->name, "': received ",
+                                                   received_, " bytes, expected ",
+                                                   tensor_->meta.Bytes(), " for ",
+                                                   tensor_->meta.DebugString()));
+  }
+  RETURN_IF_ERROR(uploader_->Finish());
+  RETURN_IF_ERROR(store_.InsertAll({tensor_}, {overwrite_}, ns_));
+  info->set_name(tensor_->name);
+  info->set_dtype(static_cast<v1::DType>(tensor_->meta.dtype));
+  for (int64_t d : tensor_->meta.shape) info->add_shape(d);
+  info->set_bytes(tensor_->meta.Bytes());
+  info->set_device(backend_.device());
+  return absl::OkStatus();
+}
+
+}  // namespace opserve
