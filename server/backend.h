@@ -49,6 +49,9 @@ class ExecEnv {
   // Waits for the device (once per request) and returns each marked node's seconds.
   // Frees the scratch. A device error here is reported against the request.
   virtual absl::StatusOr<std::vector<double>> Finish(int num_nodes) = 0;
+  // Test builds: fail the way a faulty kernel does on this device (on CUDA, an illegal-address
+  // launch whose sticky error Finish reports).
+  virtual absl::Status InjectFault() { return absl::InternalError("injected kernel fault"); }
 };
 
 // Streams one tensor's bytes into a buffer, chunk by chunk (PutTensor).

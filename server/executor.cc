@@ -75,7 +75,7 @@ absl::Status ExecutePlan(const Plan& plan, const ExecuteContext& ctx,
 #if OPSERVE_TEST_HOOKS
     if (!ctx.fail_algorithm.empty() &&
         ctx.fail_algorithm == absl::StrCat(std::string(n.op->name), "/", std::string(n.algo->name))) {
-      s = absl::InternalError("injected kernel fault (--test_fail_algorithm)");
+      s = ctx.env->InjectFault();
     }
 #endif
     ctx.env->MarkEnd(i);
@@ -90,7 +90,13 @@ absl::Status ExecutePlan(const Plan& plan, const ExecuteContext& ctx,
     }
   }
   auto seconds = ctx.env->Finish(num_nodes);
-  if (!seconds.ok()) return seconds.status();
+  if (!seconds.ok()) {
+    // Kernels run asynchronously: a device error surfaces here, after all launches.
+    std::string ids;
+    for (const PlanNode& n : plan.nodes) absl::StrAppend(&ids, ids.empty() ? "'" : ", '", n.id, "'");
+    return absl::Status(seconds.status().code(), absl::StrCat("device error while running node(s) ", ids,
+                                                              ": ", seconds.status().message()));
+  }
   timing->set_compute_us(MicrosSince(t_compute));
 
   for (int i = 0; i < num_nodes; ++i) {

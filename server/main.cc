@@ -38,7 +38,8 @@ ABSL_FLAG(std::string, auth_tokens_file, "",
           "bearer tokens, one 'tenant:token' a line; each tenant sees only its own tensors");
 #if OPSERVE_TEST_HOOKS
 ABSL_FLAG(std::string, test_fail_algorithm, "",
-          "test builds only: every node running OP/ALGORITHM fails as a kernel would");
+          "test builds only: every node running OP/ALGORITHM fails as a faulty kernel would\n"
+          "(on CUDA with an illegal address: a sticky error, health turns NOT_SERVING)");
 #endif
 
 namespace opserve {

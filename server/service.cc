@@ -148,6 +148,10 @@ grpc::ServerUnaryReactor* OpServeService::Execute(grpc::CallbackServerContext* c
     finish(ns.status());
     return reactor;
   }
+  if (absl::Status healthy = backend_.Healthy(); !healthy.ok()) {
+    finish(healthy);
+    return reactor;
+  }
   auto plan = BuildPlan(*req, backend_, store_, options_.limits, *ns);
   if (!plan.ok()) {
     finish(plan.status());

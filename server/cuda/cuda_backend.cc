@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/test_fault.h"
 #include "server/cuda/launch.h"
 #include "server/cuda/pinned_pool.h"
 #include "server/status_macros.h"
@@ -313,6 +314,10 @@ class CudaExecEnv final : public ExecEnv {
     ASSIGN_OR_RETURN(BufferPtr b, backend_->AllocateOn(bytes, stream_));
     scratch_.push_back(b);
     return b->data();
+  }
+  absl::Status InjectFault() override {
+    // The launch itself succeeds; the fault surfaces at Finish, as a real one would.
+    return FromCuda(kernels::LaunchIllegalAddressForTest(stream_), "injected fault");
   }
   void MarkStart(int i) override { cudaEventRecord(Events(i).first, stream_); }
   void MarkEnd(int i) override { cudaEventRecord(Events(i).second, stream_); }
