@@ -1,0 +1,172 @@
+#include "client/cli/format.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace opserve::cli {
+namespace {
+
+template <typename T>
+T Load(const std::string& data, uint64_t index) {
+  T value;
+  std::memcpy(&value, data.data() + index * sizeof(T), sizeof(T));
+  return value;
+}
+
+// bfloat16 is the upper half of a float32.
+float LoadBfloat16(const std::string& data, uint64_t index) {
+  const uint32_t bits = uint32_t{Load<uint16_t>(data, index)} << 16;
+  float value;
+  std::memcpy(&value, &bits, sizeof(value));
+  return value;
+}
+
+bool IsFloat(v1::DType dtype) { return dtype == v1::FLOAT32 || dtype == v1::BFLOAT16; }
+
+double FloatAt(const client::HostTensor& tensor, uint64_t index) {
+  return tensor.dtype == v1::FLOAT32 ? Load<float>(tensor.data, index)
+                                     : LoadBfloat16(tensor.data, index);
+}
+
+uint64_t Count(const client::HostTensor& tensor) {
+  const uint64_t size = client::DTypeSize(tensor.dtype);
+  return size == 0 ? 0 : tensor.data.size() / size;
+}
+
+std::string Elements(const client::HostTensor& tensor, uint64_t begin, uint64_t end) {
+  std::vector<std::string> values;
+  for (uint64_t i = begin; i < end; ++i) values.push_back(FormatElement(tensor, i));
+  return absl::StrJoin(values, ", ");
+}
+
+}  // namespace
+
+std::string Table::Render() const {
+  std::vector<size_t> widths;
+  for (const Column& column : columns_) widths.push_back(column.header.size());
+  for (const auto& row : rows_) {
+    for (size_t i = 0; i < row.size() && i < widths.size(); ++i) {
+      widths[i] = std::max(widths[i], row[i].size());
+    }
+  }
+  std::string out;
+  auto add_line = [&](const std::vector<std::string>& cells) {
+    std::string line;
+    for (size_t i = 0; i < columns_.size(); ++i) {
+      const std::string& cell = i < cells.size() ? cells[i] : "";
+      const std::string pad(widths[i] - cell.size(), ' ');
+      absl::StrAppend(&line, i ? "  " : "", columns_[i].right_align ? pad + cell : cell + pad);
+    }
+    line.erase(line.find_last_not_of(' ') + 1);
+    absl::StrAppend(&out, line, "\n");
+  };
+  std::vector<std::string> headers;
+  for (const Column& column : columns_) headers.push_back(column.header);
+  add_line(headers);
+  for (const auto& row : rows_) add_line(row);
+  return out;
+}
+
+std::string FormatElement(const client::HostTensor& tensor, uint64_t index) {
+  switch (tensor.dtype) {
+    case v1::FLOAT32:
+    case v1::BFLOAT16:
+      return absl::StrFormat("%.6g", FloatAt(tensor, index));
+    case v1::INT32:
+      return absl::StrCat(Load<int32_t>(tensor.data, index));
+    case v1::INT64:
+      return absl::StrCat(Load<int64_t>(tensor.data, index));
+    default:
+      return "?";
+  }
+}
+
+std::string DescribeTensor(const client::HostTensor& tensor, uint64_t max_whole, uint64_t edge) {
+  const uint64_t count = Count(tensor);
+  std::string out =
+      absl::StrCat(client::DTypeName(tensor.dtype), client::ShapeString(tensor.shape));
+  if (count <= max_whole) {
+    if (tensor.shape.size() == 2 && tensor.shape[0] > 1 && count > 0) {
+      const uint64_t cols = static_cast<uint64_t>(tensor.shape[1]);
+      absl::StrAppend(&out, " =\n");
+      for (uint64_t row = 0; row < count / cols; ++row) {
+        absl::StrAppend(&out, "  [", Elements(tensor, row * cols, (row + 1) * cols), "]\n");
+      }
+      out.pop_back();
+      return out;
+    }
+    return absl::StrCat(out, " = [", Elements(tensor, 0, count), "]");
+  }
+  edge = std::min(edge, count);
+  return absl::StrCat(out, " (", FormatBytes(tensor.data.size()), "): first [",
+                      Elements(tensor, 0, edge), "] ... last [",
+                      Elements(tensor, count - edge, count), "]");
+}
+
+std::string TensorJson(const client::HostTensor& tensor) {
+  std::string out = absl::StrCat("{\"dtype\": \"", v1::DType_Name(tensor.dtype), "\", \"shape\": [",
+                                 absl::StrJoin(tensor.shape, ", "), "], \"values\": [");
+  const uint64_t count = Count(tensor);
+  for (uint64_t i = 0; i < count; ++i) {
+    if (i) out += ", ";
+    if (!IsFloat(tensor.dtype)) {
+      out += FormatElement(tensor, i);
+      continue;
+    }
+    const double value = FloatAt(tensor, i);
+    if (std::isnan(value)) {
+      out += "\"NaN\"";
+    } else if (std::isinf(value)) {
+      out += value > 0 ? "\"Infinity\"" : "\"-Infinity\"";
+    } else {
+      out += absl::StrFormat("%.9g", value);  // enough digits to round-trip a float32
+    }
+  }
+  return out + "]}";
+}
+
+std::string FormatBytes(uint64_t bytes) {
+  if (bytes < 1024) return absl::StrCat(bytes, " B");
+  const char* units[] = {"KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = -1;
+  while (value >= 1024 && unit < 3) {
+    value /= 1024;
+    ++unit;
+  }
+  return absl::StrFormat(value < 10 ? "%.2f %s" : "%.1f %s", value, units[unit]);
+}
+
+std::string JsonQuote(absl::string_view text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          out += absl::StrFormat("\\u%04x", c);
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace opserve::cli

@@ -1,0 +1,46 @@
+// Text and JSON rendering for opserve-cli: tensors, tables, sizes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "client/host_tensor.h"
+
+namespace opserve::cli {
+
+// A plain-text table; right-aligned columns suit numbers.
+class Table {
+ public:
+  struct Column {
+    std::string header;
+    bool right_align = false;
+  };
+  explicit Table(std::vector<Column> columns) : columns_(std::move(columns)) {}
+  void AddRow(std::vector<std::string> cells) { rows_.push_back(std::move(cells)); }
+  std::string Render() const;
+
+ private:
+  std::vector<Column> columns_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+// One element, as text: "%.6g" for floats, decimal for integers.
+std::string FormatElement(const client::HostTensor& tensor, uint64_t index);
+
+// "float32[32] = [0.1, ...]" in full up to `max_whole` elements (row by row for a matrix);
+// above that, a summary: shape, size, the first and last `edge` values.
+std::string DescribeTensor(const client::HostTensor& tensor, uint64_t max_whole = 64,
+                           uint64_t edge = 4);
+
+// {"dtype": "FLOAT32", "shape": [32], "values": [...]}; NaN and infinities are written the way
+// proto JSON writes them: "NaN", "Infinity", "-Infinity".
+std::string TensorJson(const client::HostTensor& tensor);
+
+// "12.0 KiB", "1.00 GiB".
+std::string FormatBytes(uint64_t bytes);
+
+// A JSON string literal with escapes.
+std::string JsonQuote(absl::string_view text);
+
+}  // namespace opserve::cli

@@ -1,0 +1,443 @@
+// opserve-cli: a command-line client for opserve.
+//
+//   opserve-cli [--target HOST:PORT] [--token T] [--json] COMMAND [ARGS]
+//
+// Exit status: 0 on success, 1 on any failure (a gRPC error prints its code name and message),
+// 2 on a usage error.
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "client/cli/format.h"
+#include "client/graph_json.h"
+#include "client/npy.h"
+#include "client/opserve_client.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace opserve::cli {
+namespace {
+
+using client::HostTensor;
+
+constexpr char kUsage[] = R"(usage: opserve-cli [FLAGS] COMMAND [ARGS]
+
+commands:
+  health                      is the server serving? (exit 0 if so)
+  ops                         the ops and algorithms the server offers
+  put NAME FILE.npy           upload a .npy file as tensor NAME (--overwrite to replace)
+  get NAME FILE.npy           download tensor NAME into a .npy file
+  ls                          list stored tensors
+  rm NAME                     delete tensor NAME
+  run GRAPH.json              execute a graph (ExecuteRequest JSON; inline tensors may be
+                              {"npy": "file.npy"}, relative to the graph file)
+
+flags:
+  --target=HOST:PORT          server address (default $OPSERVE_TARGET or 127.0.0.1:50051)
+  --token=T                   bearer token (default $OPSERVE_TOKEN)
+  --session=ID                x-opserve-session metadata, for proxies that route a session's
+                              calls to one replica (default $OPSERVE_SESSION)
+  --json                      machine-readable output
+  --timeout=SECONDS           deadline of each call (default: none)
+  --chunk_bytes=N             transfer chunk size (default 1048576)
+  --root_ca=PEM               use TLS with this root CA
+  --client_cert=PEM --client_key=PEM   mutual TLS
+  --overwrite                 put: replace an existing tensor
+)";
+
+struct Flags {
+  client::ClientOptions client;
+  bool json = false;
+  bool overwrite = false;
+  uint64_t bench_bytes = 1ull << 30;
+  int bench_repeat = 3;
+  std::vector<std::string> args;  // the command and its arguments
+};
+
+// Flags may come before or after the command, as --name=value or --name value.
+absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
+  Flags flags;
+  if (const char* target = std::getenv("OPSERVE_TARGET")) flags.client.target = target;
+  if (const char* token = std::getenv("OPSERVE_TOKEN")) flags.client.bearer_token = token;
+  if (const char* session = std::getenv("OPSERVE_SESSION")) flags.client.session = session;
+  const std::set<std::string> with_value = {"target",      "token",       "session",    "timeout",
+                                            "root_ca",     "client_cert", "client_key", "bytes",
+                                            "chunk_bytes", "repeat"};
+  bool flags_done = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (flags_done || arg.size() < 3 || arg.rfind("--", 0) != 0) {
+      flags.args.push_back(arg);
+      continue;
+    }
+    if (arg == "--") {
+      flags_done = true;
+      continue;
+    }
+    std::string name = arg.substr(2), value;
+    const size_t eq = name.find('=');
+    const bool has_value = eq != std::string::npos;
+    if (has_value) {
+      value = name.substr(eq + 1);
+      name.resize(eq);
+    }
+    if (with_value.count(name) && !has_value) {
+      if (i + 1 >= argc)
+        return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
+      value = argv[++i];
+    } else if (!with_value.count(name) && has_value) {
+      return absl::InvalidArgumentError(absl::StrCat("--", name, " takes no value"));
+    }
+    double seconds = 0;
+    int64_t number = 0;
+    if (name == "target") {
+      flags.client.target = value;
+    } else if (name == "token") {
+      flags.client.bearer_token = value;
+    } else if (name == "session") {
+      flags.client.session = value;
+    } else if (name == "root_ca") {
+      flags.client.root_ca_path = value;
+    } else if (name == "client_cert") {
+      flags.client.client_cert_path = value;
+    } else if (name == "client_key") {
+      flags.client.client_key_path = value;
+    } else if (name == "timeout") {
+      if (!absl::SimpleAtod(value, &seconds) || seconds <= 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--timeout wants seconds > 0, got '", value, "'"));
+      }
+      flags.client.timeout = absl::Seconds(seconds);
+    } else if (name == "chunk_bytes" || name == "bytes" || name == "repeat") {
+      if (!absl::SimpleAtoi(value, &number) || number <= 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--", name, " wants a positive integer, got '", value, "'"));
+      }
+      if (name == "chunk_bytes") flags.client.chunk_bytes = number;
+      if (name == "bytes") flags.bench_bytes = static_cast<uint64_t>(number);
+      if (name == "repeat") flags.bench_repeat = static_cast<int>(number);
+    } else if (name == "json") {
+      flags.json = true;
+    } else if (name == "overwrite") {
+      flags.overwrite = true;
+    } else if (name == "help") {
+      flags.args = {"help"};
+      return flags;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
+    }
+  }
+  return flags;
+}
+
+// A gRPC failure: the code name and the message. Local failures carry their message alone.
+int Fail(const absl::Status& status, bool from_server) {
+  if (from_server) {
+    std::cerr << "opserve-cli: " << absl::StatusCodeToString(status.code()) << ": "
+              << status.message() << "\n";
+  } else {
+    std::cerr << "opserve-cli: " << status.message() << "\n";
+  }
+  return 1;
+}
+
+std::string ProtoJson(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.always_print_primitive_fields = true;
+  std::string out;
+  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
+  return out;
+}
+
+double Gbps(uint64_t bytes, absl::Duration elapsed) {
+  const double seconds = absl::ToDoubleSeconds(elapsed);
+  return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0;
+}
+
+std::string InfoLine(const v1::TensorInfo& info) {
+  return absl::StrCat(
+      info.name(), ": ", client::DTypeName(info.dtype()),
+      client::ShapeString(std::vector<int64_t>(info.shape().begin(), info.shape().end())), ", ",
+      FormatBytes(info.bytes()), " on ", info.device());
+}
+
+int Health(client::Client& c, const Flags& flags) {
+  absl::StatusOr<bool> serving = c.HealthServing();
+  if (!serving.ok()) return Fail(serving.status(), true);
+  if (flags.json) {
+    std::cout << "{\"serving\": " << (*serving ? "true" : "false") << "}\n";
+  } else {
+    std::cout << (*serving ? "SERVING" : "NOT_SERVING") << "\n";
+  }
+  return *serving ? 0 : 1;
+}
+
+int Ops(client::Client& c, const Flags& flags) {
+  absl::StatusOr<v1::ListOpsResponse> ops = c.ListOps();
+  if (!ops.ok()) return Fail(ops.status(), true);
+  if (flags.json) {
+    std::cout << ProtoJson(*ops) << "\n";
+    return 0;
+  }
+  std::cout << "backend " << ops->backend() << ", device " << ops->device() << "\n\n";
+  Table table({{"op"}, {"algorithm"}, {"dtypes"}, {"deterministic"}, {"description"}});
+  auto dtype_list = [](const auto& dtypes) {
+    std::vector<std::string> names;
+    for (int dtype : dtypes) names.emplace_back(client::DTypeName(static_cast<v1::DType>(dtype)));
+    return absl::StrJoin(names, ",");
+  };
+  for (const v1::OpInfo& op : ops->ops()) {
+    table.AddRow({op.name(), absl::StrCat("(default: ", op.default_algorithm(), ")"),
+                  dtype_list(op.dtypes()), "", op.description()});
+    for (const v1::AlgorithmInfo& algorithm : op.algorithms()) {
+      table.AddRow({"", absl::StrCat(algorithm.name(), algorithm.is_default() ? " *" : ""),
+                    dtype_list(algorithm.dtypes()), algorithm.deterministic() ? "yes" : "no",
+                    algorithm.description()});
+    }
+  }
+  std::cout << table.Render();
+  return 0;
+}
+
+int Put(client::Client& c, const Flags& flags, const std::string& name, const std::string& path) {
+  absl::StatusOr<HostTensor> tensor = client::ReadNpyFile(path);
+  if (!tensor.ok()) return Fail(tensor.status(), false);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<v1::TensorInfo> info = c.PutTensor(name, *tensor, flags.overwrite);
+  const absl::Duration elapsed = absl::Now() - start;
+  if (!info.ok()) return Fail(info.status(), true);
+  const double gbps = Gbps(tensor->data.size(), elapsed);
+  if (flags.json) {
+    std::cout << "{\"info\": " << ProtoJson(*info)
+              << ", \"seconds\": " << absl::ToDoubleSeconds(elapsed) << ", \"gbps\": " << gbps
+              << "}\n";
+  } else {
+    std::cout << absl::StrFormat("put %s in %.3f ms, %.2f GB/s\n", InfoLine(*info),
+                                 absl::ToDoubleMilliseconds(elapsed), gbps);
+  }
+  return 0;
+}
+
+int Get(client::Client& c, const Flags& flags, const std::string& name, const std::string& path) {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<HostTensor> tensor = c.GetTensor(name);
+  const absl::Duration elapsed = absl::Now() - start;
+  if (!tensor.ok()) return Fail(tensor.status(), true);
+  if (absl::Status written = client::WriteNpyFile(path, *tensor); !written.ok()) {
+    return Fail(written, false);
+  }
+  const double gbps = Gbps(tensor->data.size(), elapsed);
+  if (flags.json) {
+    std::cout << absl::StrFormat(
+        "{\"name\": %s, \"dtype\": \"%s\", \"shape\": [%s], \"bytes\": %d, \"seconds\": %g, "
+        "\"gbps\": %g, \"file\": %s}\n",
+        JsonQuote(name), v1::DType_Name(tensor->dtype), absl::StrJoin(tensor->shape, ", "),
+        tensor->data.size(), absl::ToDoubleSeconds(elapsed), gbps, JsonQuote(path));
+  } else {
+    std::cout << absl::StrFormat(
+        "got %s: %s%s, %s in %.3f ms, %.2f GB/s -> %s\n", name, client::DTypeName(tensor->dtype),
+        client::ShapeString(tensor->shape), FormatBytes(tensor->data.size()),
+        absl::ToDoubleMilliseconds(elapsed), gbps, path);
+  }
+  return 0;
+}
+
+int List(client::Client& c, const Flags& flags) {
+  absl::StatusOr<std::vector<v1::TensorInfo>> tensors = c.ListTensors();
+  if (!tensors.ok()) return Fail(tensors.status(), true);
+  if (flags.json) {
+    v1::ListTensorsResponse response;
+    for (const v1::TensorInfo& info : *tensors) *response.add_tensors() = info;
+    std::cout << ProtoJson(response) << "\n";
+    return 0;
+  }
+  Table table({{"name"}, {"dtype"}, {"shape"}, {"bytes", true}, {"device"}});
+  for (const v1::TensorInfo& info : *tensors) {
+    table.AddRow(
+        {info.name(), std::string(client::DTypeName(info.dtype())),
+         client::ShapeString(std::vector<int64_t>(info.shape().begin(), info.shape().end())),
+         absl::StrCat(info.bytes()), info.device()});
+  }
+  std::cout << table.Render();
+  return 0;
+}
+
+int Remove(client::Client& c, const Flags& flags, const std::string& name) {
+  absl::StatusOr<v1::TensorInfo> info = c.DeleteTensor(name);
+  if (!info.ok()) return Fail(info.status(), true);
+  if (flags.json) {
+    std::cout << "{\"deleted\": " << ProtoJson(*info) << "}\n";
+  } else {
+    std::cout << "deleted " << InfoLine(*info) << "\n";
+  }
+  return 0;
+}
+
+void PrintRunText(const v1::ExecuteResponse& response,
+                  const std::vector<std::pair<std::string, HostTensor>>& outputs) {
+  for (const auto& [node, tensor] : outputs) {
+    std::cout << "output " << node << ": " << DescribeTensor(tensor) << "\n";
+  }
+  for (const v1::TensorInfo& info : response.stored()) {
+    std::cout << "stored " << InfoLine(info) << "\n";
+  }
+  if (!outputs.empty() || response.stored_size() > 0) std::cout << "\n";
+  Table table({{"node"},
+               {"op"},
+               {"algorithm"},
+               {"shape"},
+               {"kernel_us", true},
+               {"bytes", true},
+               {"GB/s", true},
+               {"GFLOP/s", true}});
+  for (const v1::NodeResult& node : response.nodes()) {
+    table.AddRow({node.id(), node.op(), node.algorithm(),
+                  absl::StrCat(client::DTypeName(node.dtype()),
+                               client::ShapeString(
+                                   std::vector<int64_t>(node.shape().begin(), node.shape().end()))),
+                  absl::StrFormat("%.1f", node.kernel_us()), absl::StrCat(node.bytes()),
+                  absl::StrFormat("%.2f", node.gbps()), absl::StrFormat("%.2f", node.gflops())});
+  }
+  std::cout << table.Render();
+  const v1::RequestTiming& t = response.timing();
+  std::cout << absl::StrFormat(
+      "\ndevice %s: queue %.1f us, input %.1f us, compute %.1f us, output %.1f us, total %.1f us\n",
+      response.device(), t.queue_us(), t.input_us(), t.compute_us(), t.output_us(), t.total_us());
+}
+
+int Run(client::Client& c, const Flags& flags, const std::string& path) {
+  absl::StatusOr<v1::ExecuteRequest> request = client::LoadGraphFile(path);
+  if (!request.ok()) return Fail(request.status(), false);
+  absl::StatusOr<v1::ExecuteResponse> response = c.Execute(*request);
+  if (!response.ok()) return Fail(response.status(), true);
+
+  std::vector<std::pair<std::string, HostTensor>> outputs;
+  for (v1::NamedTensor& named : *response->mutable_outputs()) {
+    absl::StatusOr<HostTensor> tensor = client::FromProto(named.tensor());
+    if (!tensor.ok()) {
+      return Fail(absl::DataLossError(
+                      absl::StrCat("output ", named.node(), ": ", tensor.status().message())),
+                  false);
+    }
+    outputs.emplace_back(named.node(), *std::move(tensor));
+  }
+  // The outputs are shown decoded, below the response, rather than as base64 inside it.
+  response->clear_outputs();
+  if (!flags.json) {
+    PrintRunText(*response, outputs);
+    return 0;
+  }
+  std::cout << "{\"response\": " << ProtoJson(*response) << ", \"outputs\": {";
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    std::cout << (i ? ", " : "") << JsonQuote(outputs[i].first) << ": "
+              << TensorJson(outputs[i].second);
+  }
+  std::cout << "}}\n";
+  return 0;
+}
+
+// CPU seconds this process has used: with wall time, it tells a client-bound transfer from one
+// bound by the network or the server.
+double CpuSeconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
+// Hidden: measures PutTensor and GetTensor of a float32 tensor of --bytes, --repeat times.
+int Bench(client::Client& c, const Flags& flags) {
+  HostTensor tensor;
+  tensor.dtype = v1::FLOAT32;
+  tensor.shape = {static_cast<int64_t>(flags.bench_bytes / 4)};
+  tensor.data.resize(flags.bench_bytes / 4 * 4);
+  std::mt19937_64 random(1);
+  for (size_t i = 0; i + 8 <= tensor.data.size(); i += 8) {
+    const uint64_t bits = random();
+    std::memcpy(tensor.data.data() + i, &bits, 8);
+  }
+  const std::string name = "__opserve_cli_bench";
+  for (int i = 0; i < flags.bench_repeat; ++i) {
+    absl::Time start = absl::Now();
+    double cpu = CpuSeconds();
+    absl::StatusOr<v1::TensorInfo> info = c.PutTensor(name, tensor, /*overwrite=*/true);
+    const absl::Duration put = absl::Now() - start;
+    const double put_cpu = CpuSeconds() - cpu;
+    if (!info.ok()) return Fail(info.status(), true);
+    start = absl::Now();
+    cpu = CpuSeconds();
+    absl::StatusOr<HostTensor> back = c.GetTensor(name);
+    const absl::Duration get = absl::Now() - start;
+    const double get_cpu = CpuSeconds() - cpu;
+    if (!back.ok()) return Fail(back.status(), true);
+    if (back->data != tensor.data) return Fail(absl::DataLossError("round trip differs"), false);
+    std::cout << absl::StrFormat(
+        "%s chunk %d: put %.3f s %.2f GB/s (client cpu %.2f s), get %.3f s %.2f GB/s (client "
+        "cpu %.2f s)\n",
+        FormatBytes(tensor.data.size()), c.options().chunk_bytes, absl::ToDoubleSeconds(put),
+        Gbps(tensor.data.size(), put), put_cpu, absl::ToDoubleSeconds(get),
+        Gbps(tensor.data.size(), get), get_cpu);
+  }
+  (void)c.DeleteTensor(name);
+  return 0;
+}
+
+int Main(int argc, char** argv) {
+  absl::StatusOr<Flags> flags = ParseFlags(argc, argv);
+  if (!flags.ok()) {
+    std::cerr << "opserve-cli: " << flags.status().message() << "\n\n" << kUsage;
+    return 2;
+  }
+  const std::vector<std::string>& args = flags->args;
+  if (args.empty()) {
+    std::cerr << kUsage;
+    return 2;
+  }
+  if (args[0] == "help") {
+    std::cout << kUsage;
+    return 0;
+  }
+  const std::map<std::string, size_t> arity = {{"health", 1}, {"ops", 1}, {"put", 3}, {"get", 3},
+                                               {"ls", 1},     {"rm", 2},  {"run", 2}, {"bench", 1}};
+  const auto expected = arity.find(args[0]);
+  if (expected == arity.end()) {
+    std::cerr << "opserve-cli: unknown command '" << args[0] << "'\n\n" << kUsage;
+    return 2;
+  }
+  if (args.size() != expected->second) {
+    std::cerr << "opserve-cli: " << args[0] << " takes " << expected->second - 1
+              << " argument(s), got " << args.size() - 1 << "\n\n"
+              << kUsage;
+    return 2;
+  }
+  absl::StatusOr<std::unique_ptr<client::Client>> connected =
+      client::Client::Connect(flags->client);
+  if (!connected.ok()) return Fail(connected.status(), false);
+  client::Client& c = **connected;
+  const std::string& command = args[0];
+  if (command == "health") return Health(c, *flags);
+  if (command == "ops") return Ops(c, *flags);
+  if (command == "put") return Put(c, *flags, args[1], args[2]);
+  if (command == "get") return Get(c, *flags, args[1], args[2]);
+  if (command == "ls") return List(c, *flags);
+  if (command == "rm") return Remove(c, *flags, args[1]);
+  if (command == "run") return Run(c, *flags, args[1]);
+  return Bench(c, *flags);
+}
+
+}  // namespace
+}  // namespace opserve::cli
+
+int main(int argc, char** argv) { return opserve::cli::Main(argc, argv); }

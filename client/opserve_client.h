@@ -1,0 +1,100 @@
+// A small synchronous client for the opserve API, shared by the CLI and the tests.
+//
+// Every call returns absl::Status / absl::StatusOr; a gRPC failure keeps its code (the numbering
+// is the same) and message. Tensors move in chunks: one proto `bytes` field cannot exceed 2 GiB,
+// and chunks keep each message within the server's receive limit.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "client/host_tensor.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "opserve/v1/opserve.grpc.pb.h"
+
+namespace opserve::client {
+
+// Chunk payload per PutTensor/GetTensor message, measured over loopback (client/TUNING.md).
+// It stays under gRPC's default 4 MiB receive limit, so a server that keeps the default still
+// accepts every chunk.
+inline constexpr int64_t kDefaultChunkBytes = 1 << 20;
+
+struct ClientOptions {
+  std::string target = "127.0.0.1:50051";  // host:port, or any gRPC target URI
+  // Sent as "authorization: Bearer <token>" on every call when not empty.
+  std::string bearer_token;
+  // Sent as "x-opserve-session: <id>" on every call when not empty: a proxy hashes it to keep a
+  // session's calls, and so its stored tensors, on one replica (docs/DEPLOY.md).
+  std::string session;
+  // TLS: a root CA turns it on; a client certificate and key add mutual TLS. PEM file paths.
+  std::string root_ca_path;
+  std::string client_cert_path;
+  std::string client_key_path;
+  int64_t chunk_bytes = kDefaultChunkBytes;
+  int max_message_bytes = std::numeric_limits<int>::max();  // Execute may return big tensors
+  absl::Duration timeout = absl::InfiniteDuration();        // default deadline of each call
+  // Integer channel arguments applied after the client's own, for tuning experiments,
+  // e.g. {"grpc.http2.lookahead_bytes", 1 << 24}.
+  std::map<std::string, int> channel_args;
+};
+
+struct CallOptions {
+  std::optional<absl::Duration> timeout;  // unset: ClientOptions::timeout
+};
+
+class Client {
+ public:
+  // Builds the channel; it connects lazily, so an unreachable server shows up as UNAVAILABLE
+  // from the first call. Fails only on bad options (an unreadable TLS file, say).
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const ClientOptions& options);
+
+  // grpc.health.v1.Health/Check for the whole server: true when SERVING.
+  absl::StatusOr<bool> HealthServing(const CallOptions& call = {});
+
+  absl::StatusOr<v1::ListOpsResponse> ListOps(const CallOptions& call = {});
+
+  // Streams a header and then the data in chunks of options().chunk_bytes. `bytes` must equal
+  // product(shape) * element size; the data is read from `data` in place.
+  absl::StatusOr<v1::TensorInfo> PutTensor(absl::string_view name, v1::DType dtype,
+                                           absl::Span<const int64_t> shape, const void* data,
+                                           uint64_t bytes, bool overwrite,
+                                           const CallOptions& call = {});
+  absl::StatusOr<v1::TensorInfo> PutTensor(absl::string_view name, const HostTensor& tensor,
+                                           bool overwrite, const CallOptions& call = {});
+
+  // Receives the info and then the chunks straight into the returned tensor's buffer.
+  absl::StatusOr<HostTensor> GetTensor(absl::string_view name, const CallOptions& call = {});
+
+  absl::StatusOr<v1::TensorInfo> DeleteTensor(absl::string_view name, const CallOptions& call = {});
+  absl::StatusOr<std::vector<v1::TensorInfo>> ListTensors(const CallOptions& call = {});
+  absl::StatusOr<v1::ExecuteResponse> Execute(const v1::ExecuteRequest& request,
+                                              const CallOptions& call = {});
+
+  const ClientOptions& options() const { return options_; }
+
+ private:
+  Client(ClientOptions options, std::shared_ptr<grpc::Channel> channel);
+  void Prepare(grpc::ClientContext* context, const CallOptions& call) const;
+
+  ClientOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::OpServe::Stub> stub_;
+  // PutTensor, GetTensor and Health go through the generic stub: raw buffers let chunks be built
+  // from, and received into, the caller's memory with a single copy.
+  grpc::GenericStub generic_;
+};
+
+// A gRPC status as an absl::Status: same code number, same message.
+absl::Status ToAbslStatus(const grpc::Status& status);
+
+}  // namespace opserve::client

@@ -1,0 +1,188 @@
+#!/usr/bin/python3
+"""opserve-cli end to end, stdlib only: the README's demo steps against a real opserve, checked.
+
+Generates the demo inputs (examples/make_demo_inputs.py) into --work-dir next to a copy of
+examples/demo_graph.json, starts opserve on a free loopback port, then runs the CLI:
+health, put, run (text and --json, compared with the float64 reference), get, ls --json, rm,
+and the failure paths: a gRPC error (code name, exit 1), bad .npy and graph files (the file and
+the JSON path named, exit 1) and usage errors (exit 2).
+"""
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+import traceback
+
+FLOAT32_EPS = 2.0 ** -24
+
+
+class Failure(Exception):
+    pass
+
+
+def log(*args):
+    print("cli_e2e:", *args, flush=True)
+
+
+def check(condition, message):
+    if not condition:
+        raise Failure(message)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Cli:
+    def __init__(self, binary, target, cwd):
+        self.binary, self.target, self.cwd = binary, target, cwd
+
+    def __call__(self, *args, code=0, target=True):
+        argv = [self.binary] + ([f"--target={self.target}"] if target else []) + list(args)
+        done = subprocess.run(argv, cwd=self.cwd, capture_output=True, text=True, timeout=60)
+        shown = " ".join(args)
+        check(done.returncode == code,
+              f"`opserve-cli {shown}` exited {done.returncode}, expected {code}\n"
+              f"stdout: {done.stdout}\nstderr: {done.stderr}")
+        log(f"opserve-cli {shown}: exit {code}")
+        return done.stdout, done.stderr
+
+
+def wait_healthy(cli, server, deadline):
+    while True:
+        done = subprocess.run([cli.binary, f"--target={cli.target}", "--timeout=2", "health"],
+                              capture_output=True, text=True)
+        if done.returncode == 0 and "SERVING" in done.stdout:
+            return
+        if server.poll() is not None:
+            raise Failure(f"opserve exited {server.returncode} during start-up")
+        if time.monotonic() > deadline:
+            raise Failure(f"opserve not healthy in time: {done.stderr.strip()}")
+        time.sleep(0.2)
+
+
+def check_means(values, demo):
+    a, b = demo.demo_matrices()
+    reference, scales = demo.row_mean_transpose_matmul(a, b)
+    check(len(values) == len(reference), f"{len(values)} outputs, expected {len(reference)}")
+    for j, (value, want, scale) in enumerate(zip(values, reference, scales)):
+        tolerance = 2 * (48 + 64 + 2) * FLOAT32_EPS * scale + 1e-7
+        check(abs(value - want) <= tolerance, f"col_mean[{j}] = {value}, reference {want}")
+
+
+def exercise(cli, work, demo):
+    out, _ = cli("health")
+    check(out.strip() == "SERVING", f"health printed {out!r}")
+    out, _ = cli("put", "A", "a.npy", "--overwrite")
+    check("put A: float32[64, 48]" in out and "GB/s" in out, f"put printed {out!r}")
+
+    out, _ = cli("run", "demo_graph.json", "--json")
+    result = json.loads(out)
+    output = result["outputs"]["col_mean"]
+    check(output["dtype"] == "FLOAT32" and output["shape"] == [32], f"col_mean: {output}")
+    check_means(output["values"], demo)
+    nodes = result["response"]["nodes"]
+    check([n["id"] for n in nodes] == ["ab", "ab_t", "col_mean"], f"nodes {nodes}")
+    check(all(n["algorithm"] not in ("", "auto") for n in nodes), "each node names its algorithm")
+    check(result["response"]["stored"][0]["name"] == "AB", "AB stored")
+    log("run --json: col_mean matches the float64 reference")
+
+    out, _ = cli("run", "demo_graph.json")
+    for text in ("output col_mean: float32[32] = [", "stored AB: float32[64, 32]", "algorithm",
+                 "kernel_us", "GB/s", "GFLOP/s", "queue", "total"):
+        check(text in out, f"run's text output lacks {text!r}:\n{out}")
+
+    out, _ = cli("get", "AB", "ab.npy")
+    check("got AB: float32[64, 32]" in out and "GB/s" in out, f"get printed {out!r}")
+    with open(os.path.join(work, "ab.npy"), "rb") as f:
+        image = f.read()
+    header_len = struct.unpack("<H", image[8:10])[0]
+    check(b"'shape': (64, 32)" in image[10:10 + header_len], "ab.npy header")
+    check(len(image) == 10 + header_len + 64 * 32 * 4, f"ab.npy is {len(image)} bytes")
+
+    out, _ = cli("ls", "--json")
+    names = {t["name"] for t in json.loads(out).get("tensors", [])}
+    check({"A", "AB"} <= names, f"ls --json: {names}")
+
+    cli("rm", "AB")
+    _, err = cli("get", "AB", "gone.npy", code=1)
+    check("NOT_FOUND: " in err, f"a gRPC error names its code: {err!r}")
+
+    # Local failures: the file and what was wrong, exit 1, before anything is sent.
+    header = b"{'descr': '>f4', 'fortran_order': False, 'shape': (1,), }\n"
+    with open(os.path.join(work, "bad.npy"), "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header + b"\0\0\0\1")
+    _, err = cli("put", "X", "bad.npy", code=1)
+    check("bad.npy" in err and "big-endian" in err, f"bad .npy: {err!r}")
+    _, err = cli("put", "X", "missing.npy", code=1)
+    check("missing.npy: cannot open" in err, f"missing .npy: {err!r}")
+    with open(os.path.join(work, "bad_graph.json"), "w") as f:
+        json.dump({"nodes": [{"id": "x", "opp": "sum"}]}, f)
+    _, err = cli("run", "bad_graph.json", code=1)
+    check("bad_graph.json" in err and "opp" in err, f"bad graph: {err!r}")
+    with open(os.path.join(work, "npy_graph.json"), "w") as f:
+        json.dump({"inlineTensors": {"B": {"npy": "nope.npy"}}}, f)
+    _, err = cli("run", "npy_graph.json", code=1)
+    check("$.inlineTensors.B.npy" in err and "nope.npy" in err, f"graph with a missing .npy: {err!r}")
+
+    cli("frobnicate", code=2)
+    cli("put", "A", code=2)
+    cli("--no_such_flag", "ls", code=2)
+    cli("rm", "A")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cli", required=True)
+    parser.add_argument("--opserve", required=True)
+    parser.add_argument("--examples", required=True)
+    parser.add_argument("--work-dir", required=True)
+    parser.add_argument("--device", default="auto")
+    args = parser.parse_args()
+    server = None
+    try:
+        shutil.rmtree(args.work_dir, ignore_errors=True)
+        os.makedirs(args.work_dir)
+        sys.path.insert(0, args.examples)
+        import make_demo_inputs as demo  # noqa: E402 - the demo's own data
+        subprocess.run([sys.executable, os.path.join(args.examples, "make_demo_inputs.py"),
+                        "--out", args.work_dir], check=True)
+        shutil.copy(os.path.join(args.examples, "demo_graph.json"), args.work_dir)
+
+        port = free_port()
+        log_path = os.path.join(args.work_dir, "opserve.log")
+        with open(log_path, "w") as server_log:
+            server = subprocess.Popen([args.opserve, "--host=127.0.0.1", f"--port={port}",
+                                       "--metrics_port=-1", f"--device={args.device}"],
+                                      stdout=server_log, stderr=subprocess.STDOUT)
+        cli = Cli(args.cli, f"127.0.0.1:{port}", args.work_dir)
+        wait_healthy(cli, server, time.monotonic() + 60)
+        exercise(cli, args.work_dir, demo)
+    except Exception as e:  # noqa: BLE001 - every failure is reported the same way
+        if not isinstance(e, Failure):
+            traceback.print_exc()
+        log(f"FAILED: {e}")
+        return 1
+    finally:
+        if server is not None:
+            server.send_signal(signal.SIGTERM)
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+    log("PASSED")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
