@@ -141,6 +141,9 @@ int Run() {
   builder.AddListeningPort(absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port)),
                            *credentials, &port);
   const int max_message = static_cast<int>(std::min<uint64_t>(options.limits.max_message_bytes, INT32_MAX));
+  // A 64 MiB HTTP/2 stream window: uploads of large tensors stop waiting on window updates
+  // (client/TUNING.md).
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 20);
   builder.SetMaxReceiveMessageSize(max_message);
   builder.SetMaxSendMessageSize(max_message);
   builder.RegisterService(&service);
