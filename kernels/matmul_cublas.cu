@@ -18,13 +18,26 @@ cudaError_t ToCudaError(cublasStatus_t status) {
   return status == CUBLAS_STATUS_SUCCESS ? cudaSuccess : cudaErrorUnknown;
 }
 
+// Points the handle at `stream` only when it is not there already: cublasSetStream also resets
+// the handle's workspace to the default pool, every time, and the server's handle is bound to its
+// worker's stream once, at creation. This was a guess at why the table's 8192^3 bf16 cuBLAS row
+// ran 14% slower than the benchmark's own GemmEx anchor on another handle (1.62 vs 1.42 ms,
+// H200); it did not move that gap (1.645 vs 1.445 ms after it), so the cause is still open
+// (PERFORMANCE.md). Kept because the reset it avoids is useless work.
+cudaError_t UseStream(cublasHandle_t handle, cudaStream_t stream) {
+  cudaStream_t current = nullptr;
+  if (cublasGetStream(handle, &current) != CUBLAS_STATUS_SUCCESS) return cudaErrorUnknown;
+  if (current == stream) return cudaSuccess;
+  return ToCudaError(cublasSetStream(handle, stream));
+}
+
 }  // namespace
 
 cudaError_t MatmulCublas(void* cublas_handle, const float* d_a, const float* d_b, float* d_c,
                          int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
   if (m <= 0 || n <= 0) return cudaSuccess;
   auto handle = static_cast<cublasHandle_t>(cublas_handle);
-  if (cublasSetStream(handle, stream) != CUBLAS_STATUS_SUCCESS) return cudaErrorUnknown;
+  if (const cudaError_t err = UseStream(handle, stream); err != cudaSuccess) return err;
   const float alpha = 1.0f;
   const float beta = 0.0f;
   // cuBLAS's (A, B) are our (B, A).
@@ -36,7 +49,7 @@ cudaError_t MatmulCublas(void* cublas_handle, const bf16_bits* d_a, const bf16_b
                          float* d_c, int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
   if (m <= 0 || n <= 0) return cudaSuccess;
   auto handle = static_cast<cublasHandle_t>(cublas_handle);
-  if (cublasSetStream(handle, stream) != CUBLAS_STATUS_SUCCESS) return cudaErrorUnknown;
+  if (const cudaError_t err = UseStream(handle, stream); err != cudaSuccess) return err;
   const float alpha = 1.0f;
   const float beta = 0.0f;
   return ToCudaError(cublasGemmEx_64(handle, CUBLAS_OP_N, CUBLAS_OP_N, /*m=*/n, /*n=*/m, k, &alpha,

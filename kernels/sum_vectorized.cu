@@ -1,7 +1,8 @@
-// sum, vectorized: the bandwidth one. Pass 1: a persistent grid of exactly one full wave
-// (kBlocksPerSm blocks on every SM) streams the input as 16-byte vectors (float4 / int4 through the
-// read-only path), kUnroll independent vector loads in flight per thread; each block writes one
-// partial. Pass 2: one block sums the partials in a fixed order.
+// sum, vectorized: the bandwidth one. One launch: a persistent grid of exactly one full wave
+// (kBlocksPerSm blocks on every SM) streams the input as 16-byte vectors (float4 / int4 through
+// the read-only path), kUnroll independent vector loads in flight per thread; each block writes one
+// partial, and the last block to finish (a device-scope counter, zeroed by a 4-byte memset before
+// the launch) sums the partials in a fixed order and writes the result.
 //
 // Work mapping (grid-wide strip mining, as CUB's reduce agent does per tile): round r, slot u of
 // thread g reads vector (r * kUnroll + u) * total_threads + g, so every warp load is one coalesced
@@ -9,10 +10,16 @@
 // guarded vectors), so no block carries a whole extra tile and the wave drains evenly. The < 4
 // scalars before the first 16-byte boundary and after the last full vector go to block 0.
 //
-// Deterministic: the grid is a function of n and the SM count only, and each thread, block and
-// the final pass add in a fixed order. Float accuracy: each round's 4 * kUnroll values are summed
-// as a tree before one add into the running sum, so the serial chain is about
-// n / (4 * kUnroll * total_threads) adds (~250 at n = 2^30 on 132 SMs).
+// Why the last block finishes instead of a second launch (opserve-bench, H200, 2026-11-22): at
+// n = 2^30 it took the two-launch version from 930 us (0.998x CUB) to 927.5-928.4 us (1.001-1.002x
+// CUB). At n = 2^20 it gained nothing (8.4 -> 8.6 us int32, 7.9 -> 7.9 us float): the fence,
+// the counter's atomic and the last block's read of the partials cost what the launch gap did.
+//
+// Deterministic: the grid is a function of n and the SM count only, each thread and block adds in
+// a fixed order, and the last block (whichever it is) adds the partials in the order of their
+// index, the same order the former second pass used. Float accuracy: each round's
+// 4 * kUnroll values are summed as a tree before one add into the running sum, so the serial chain
+// is about n / (4 * kUnroll * total_threads) adds (~250 at n = 2^30 on 132 SMs).
 #include <cstdint>
 
 #include "kernels/sum.h"
@@ -29,7 +36,6 @@ constexpr int kThreads = 256;
 // (64 per thread) holds the 32 registers of vector data without spilling.
 constexpr int kBlocksPerSm = 4;
 constexpr int kUnroll = 8;
-constexpr int kFinalThreads = 256;
 constexpr int kVecBytes = 16;
 static_assert(kThreads % 32 == 0, "whole warps");
 static_assert(kThreads * kBlocksPerSm <= 2048, "one wave must fit the SM's thread slots");
@@ -70,9 +76,11 @@ __device__ __forceinline__ Acc TreeSum(Acc (&s)[kUnroll]) {
 
 // `head` scalars precede the first 16-byte boundary (0 for a cudaMalloc pointer); the vectors
 // start at in + head and there are (n - head) / kLanes of them; the rest is a scalar tail.
+// With one block, `out` gets the block's sum directly (partials and blocks_done are unused).
 template <typename T>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     sum_vectorized_kernel(const T* __restrict__ in, int64_t n, int head,
+                          SumAccumT<T>* __restrict__ partials, unsigned int* blocks_done,
                           SumAccumT<T>* __restrict__ out) {
   using Acc = SumAccumT<T>;
   using V = Vec16T<T>;
@@ -117,7 +125,27 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     }
   }
   acc = sum_internal::BlockReduceSum<kThreads>(acc);
-  if (threadIdx.x == 0) out[blockIdx.x] = acc;
+  if (gridDim.x == 1) {
+    if (threadIdx.x == 0) *out = acc;
+    return;
+  }
+  __shared__ bool is_last;
+  if (threadIdx.x == 0) {
+    partials[blockIdx.x] = acc;
+    __threadfence();  // the partial is visible device-wide before this block counts as done
+    is_last = atomicAdd(blocks_done, 1u) == gridDim.x - 1;
+  }
+  // Also orders BlockReduceSum's shared reads above before the second call below rewrites them.
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();  // pairs with the other blocks' fences: every partial is visible now
+  // Fixed order: thread t adds partials t, t + kThreads, ...; then the block tree. Volatile
+  // loads, so no stale L1 line can stand in for another SM's write.
+  const volatile Acc* p_all = partials;
+  Acc total = Acc(0);
+  for (int i = threadIdx.x; i < static_cast<int>(gridDim.x); i += kThreads) total += p_all[i];
+  total = sum_internal::BlockReduceSum<kThreads>(total);
+  if (threadIdx.x == 0) *out = total;
 }
 
 template <typename T>
@@ -137,23 +165,22 @@ cudaError_t SumVectorizedImpl(void* d_temp, size_t* temp_bytes, const T* d_in,
   if (err != cudaSuccess) return err;
   const int grid =
       sum_internal::FirstPassGrid(n_vec, int64_t{kThreads} * kUnroll, sm_count, kBlocksPerSm);
-  const size_t need = static_cast<size_t>(grid) * sizeof(Acc);
+  // Scratch: the partials, then the completion counter (16-byte aligned).
+  const size_t partial_bytes = (static_cast<size_t>(grid) * sizeof(Acc) + 15) / 16 * 16;
+  const size_t need = partial_bytes + sizeof(unsigned int);
   if (d_temp == nullptr) {
     *temp_bytes = need;
     return cudaSuccess;
   }
   if (*temp_bytes < need) return cudaErrorInvalidValue;
 
-  if (grid == 1) {  // one block covers it: its partial is the answer, no second launch
-    sum_vectorized_kernel<T><<<1, kThreads, 0, stream>>>(d_in, n, head, d_out);
-    return LastLaunchError();
-  }
   Acc* d_partials = static_cast<Acc*>(d_temp);
-  sum_vectorized_kernel<T><<<grid, kThreads, 0, stream>>>(d_in, n, head, d_partials);
-  err = LastLaunchError();
-  if (err != cudaSuccess) return err;
-  sum_internal::sum_partials_kernel<kFinalThreads, Acc>
-      <<<1, kFinalThreads, 0, stream>>>(d_partials, grid, d_out);
+  auto* d_done = reinterpret_cast<unsigned int*>(static_cast<char*>(d_temp) + partial_bytes);
+  if (grid > 1) {  // one block needs no counter: its sum is the answer
+    err = cudaMemsetAsync(d_done, 0, sizeof(unsigned int), stream);
+    if (err != cudaSuccess) return err;
+  }
+  sum_vectorized_kernel<T><<<grid, kThreads, 0, stream>>>(d_in, n, head, d_partials, d_done, d_out);
   return LastLaunchError();
 }
 

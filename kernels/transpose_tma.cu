@@ -1,7 +1,7 @@
 // transpose, TMA (sm_90): a persistent, warp-specialised pipeline.
 //
 //   producer warp (one lane): for each tile, wait until its shared-memory stage is free, then
-//     cp.async.bulk.tensor the tile (two boxes of kTileRows rows x 128 bytes, 128-byte swizzle)
+//     cp.async.bulk.tensor the tile (kBoxes boxes of kRows rows x 128 bytes, 128-byte swizzle)
 //     into the stage, completing on the stage's "full" mbarrier. kStages tiles are in flight.
 //   4 consumer warps: wait on "full", each thread reads 16-byte vectors (ld.shared.v4) of
 //     kVec consecutive rows (a kVec x kVec register block), releases the stage on its "empty"
@@ -10,16 +10,24 @@
 //     kVec output rows. One warp store instruction covers whole 128-byte lines (fp32) or
 //     64-byte half lines (bf16).
 //
-// Why this beats the classic 32x8 kernel (0.82x of copy on H200, 0.92x on H100):
-//   - 16-byte accesses on both sides: 4x fewer load/store instructions, and every warp store
-//     writes full lines, so L2 never merges partial sectors from different warps.
-//   - bytes in flight: per SM up to kMaxCtasPerSm * kStages * 16 KiB of loads are outstanding
+// Measured (opserve-bench, H200, 2026-11-22; D2D copy 4256 GB/s read + written): 0.860x of the
+// copy at 16384^2 and 0.841x at 32768^2, against 0.790x / 0.783x for the classic padded kernel
+// (smem_tiled) in the same run. The design bets, and what the measurements say of them:
+//   - 16-byte accesses on both sides (SASS: LDS.128 and STG.E.128, UTMALDG.2D for the loads): 4x
+//     fewer load/store instructions than the classic kernel, and every warp store writes full
+//     lines.
+//   - bytes in flight: per SM up to max_ctas_per_sm * kStages * 16 KiB of loads are outstanding
 //     (128 KiB), far past what Little's law asks (about 3-4 TB/s * ~1 us / 132 SMs = 25-30 KiB).
-//   - DRAM locality on the write side: tiles are handed out in groups of kGroupTileRows tile rows
-//     (the GROUP_M rasterisation of matmul kernels), so the ~1000 tiles in flight at a time form
-//     a roughly square patch (32 x 33 tiles = 2048 x 2112 elements) instead of two full tile rows:
-//     each output row then receives 8 KiB contiguous per patch instead of isolated 128-byte
-//     pieces, so the write stream opens as few DRAM pages as the read stream.
+//   - DRAM locality: tiles are handed out in groups of group_tile_rows tile rows (the GROUP_M
+//     rasterisation of matmul kernels), so the tiles in flight form a patch instead of whole tile
+//     rows. The sweep (opserve-bench --transpose-sweep) found the group size nearly irrelevant
+//     (mean 0.857-0.867x over 4..64) and the 256-byte L2 promotion the one knob that pays
+//     (mean 0.850x -> 0.872x); the best setting reached 0.884x / 0.889x, still under 0.95x.
+//     ncu (16384^2, default): DRAM throughput 76.8% of peak where the copy runs at ~89%.
+//
+// Tile shape, raster group, L2 promotion and CTAs per SM are knobs (kernels/transpose_tma_tuning.h);
+// TransposeTma runs kDefaultTuning below, the design's original settings, which are what the
+// table in PERFORMANCE.md measured.
 //
 // Ragged edges: TMA zero-fills the out-of-bounds part of a box; consumers skip stores outside the
 // matrix. A box that lies wholly outside is not requested at all.
@@ -40,55 +48,65 @@
 
 #include "kernels/transpose.h"
 #include "kernels/transpose_common.cuh"
+#include "kernels/transpose_tma_tuning.h"
 
 namespace opserve::kernels {
 namespace {
 
 constexpr int kSwizzleBytes = 128;  // TMA 128-byte swizzle: the box's inner extent is 128 bytes
-constexpr int kTileRows = 64;       // box rows; one tile = kBoxesPerTile boxes side by side
-constexpr int kBoxesPerTile = 2;    // tile = 64 rows x 256 bytes (64x64 fp32, 64x128 bf16)
-constexpr int kBoxBytes = kTileRows * kSwizzleBytes;        // 8 KiB
-constexpr int kTileBytes = kBoxesPerTile * kBoxBytes;       // 16 KiB per stage
-constexpr int kStages = 4;                                  // tiles in flight per CTA
 constexpr int kConsumerWarps = 4;
 constexpr int kConsumerThreads = kConsumerWarps * 32;
-constexpr int kThreads = kConsumerThreads + 32;             // + one producer warp
-constexpr int kMaxCtasPerSm = 2;                            // 2 x 4 x 16 KiB loads in flight / SM
-constexpr uint32_t kGroupTileRows = 32;                     // rasterisation group (see top)
+constexpr int kThreads = kConsumerThreads + 32;  // + one producer warp
 constexpr int kSmemAlign = 1024;  // the 128-byte swizzle pattern repeats every 1024 bytes
-constexpr int kSmemBytes = kStages * kTileBytes + 2 * kStages * 8 + kSmemAlign;
 
-static_assert(kBoxBytes % kSmemAlign == 0,
-              "every box must start 1024-byte aligned: the swizzle is a function of address bits 7-9");
-static_assert(kTileRows == 64, "consumers split a tile into two 32-row halves (rh below)");
-static_assert(kStages >= 2, "at least double buffering");
-static_assert(kSmemBytes <= 227 * 1024, "one CTA must fit an SM's shared memory");
+// A tile is kRows input rows x kBoxes boxes of 128 bytes side by side (64 x 2: 64x64 fp32,
+// 64x128 bf16). kStages tiles are in flight per CTA.
+template <int kRowsT, int kBoxesT>
+struct TileConfig {
+  static constexpr int kRows = kRowsT;
+  static constexpr int kBoxes = kBoxesT;
+  static constexpr int kBoxBytes = kRows * kSwizzleBytes;
+  static constexpr int kTileBytes = kBoxes * kBoxBytes;
+  // 4 stages of 16 KiB (64 KiB: up to 3 CTAs per SM), 3 of 32 KiB (2 CTAs) or 64 KiB (1 CTA).
+  static constexpr int kStages = kTileBytes <= 16 * 1024 ? 4 : 3;
+  static constexpr int kSmemBytes = kStages * kTileBytes + 2 * kStages * 8 + kSmemAlign;
+  static_assert(kBoxBytes % kSmemAlign == 0,
+                "every box must start 1024-byte aligned: the swizzle is a function of address bits 7-9");
+  static_assert(kRows % 32 == 0 && kRows <= 256, "consumers take 32-row slices; TMA boxes <= 256 rows");
+  static_assert(kStages >= 2, "at least double buffering");
+  static_assert(kSmemBytes <= 227 * 1024, "one CTA must fit an SM's shared memory");
+};
+using Tile64x2 = TileConfig<64, 2>;
+using Tile64x4 = TileConfig<64, 4>;
+using Tile128x2 = TileConfig<128, 2>;
+using Tile128x4 = TileConfig<128, 4>;
+
+// What TransposeTma runs: the original settings, the ones the last full benchmark measured. The
+// sweep's faster settings (e.g. 128 x 4 tiles, 256-byte promotion, 1 CTA/SM: +3-5%) are not the
+// default yet: one sweep variant (64 x 2, group 16, 3 CTAs/SM) failed its element-wise check once
+// at 16384^2, which must be explained before the knobs move (PERFORMANCE.md).
+constexpr TransposeTmaTuning kDefaultTuning{/*tile_rows=*/64, /*boxes=*/2, /*group_tile_rows=*/32,
+                                            /*l2_promote_256=*/false, /*max_ctas_per_sm=*/2};
 
 // Per element type: kVec elements per 16-byte vector; a thread moves kVec x kVec register blocks.
-//   fp32: a warp block is 32 rows x 16 cols (8 row groups x 4 column chunks); a 64x64 tile has 8,
-//         each consumer warp takes 2.
-//   bf16: a warp block is 32 rows x 64 cols (4 row groups x 8 column chunks = one box wide); a
-//         64x128 tile has 4, each consumer warp takes 1.
+//   fp32: a warp block is 32 rows x 16 cols (8 row groups x 4 column chunks); the consumer warps
+//         share a tile's (kRows / 32) x (2 * kBoxes) warp blocks evenly.
+//   bf16: a warp block is 32 rows x 64 cols (4 row groups x 8 column chunks = one box wide); only
+//         the 64 x 2 tile is built, where each consumer warp takes one.
 template <typename T>
 struct TileShape;
 template <>
 struct TileShape<uint32_t> {
   static constexpr int kVec = 4;
   static constexpr int kBoxCols = kSwizzleBytes / 4;  // 32
-  static constexpr int kWarpBlocks = 2;               // per consumer warp per tile
   static constexpr CUtensorMapDataType kDataType = CU_TENSOR_MAP_DATA_TYPE_UINT32;
 };
 template <>
 struct TileShape<uint16_t> {
   static constexpr int kVec = 8;
   static constexpr int kBoxCols = kSwizzleBytes / 2;  // 64
-  static constexpr int kWarpBlocks = 1;
   static constexpr CUtensorMapDataType kDataType = CU_TENSOR_MAP_DATA_TYPE_UINT16;
 };
-static_assert(TileShape<uint32_t>::kWarpBlocks * kConsumerWarps * 32 * 16 == kTileRows * 64,
-              "fp32: consumer warps x warp blocks x 32 threads x 4x4 elements must cover a tile");
-static_assert(TileShape<uint16_t>::kWarpBlocks * kConsumerWarps * 32 * 64 == kTileRows * 128,
-              "bf16: consumer warps x warp blocks x 32 threads x 8x8 elements must cover a tile");
 
 // ---- PTX wrappers (sm_90) ----
 
@@ -160,18 +178,18 @@ __device__ __forceinline__ uint32_t SwizzledOffset(int row, int chunk) {
   return static_cast<uint32_t>(row * kSwizzleBytes + ((chunk ^ (row & 7)) << 4));
 }
 
-// Tile index -> (tile row, tile column). Consecutive indices walk down a group of kGroupTileRows
+// Tile index -> (tile row, tile column). Consecutive indices walk down a group of `group_rows`
 // tile rows before moving one tile column right, so the tiles in flight at any moment (a window of
-// consecutive indices, as persistent CTAs advance in step) form a near-square patch.
+// consecutive indices, as persistent CTAs advance in step) form a patch instead of whole tile rows.
 __device__ __forceinline__ void TileCoords(uint32_t tile, uint32_t tiles_x, uint32_t tiles_y,
-                                           uint32_t* ty, uint32_t* tx) {
-  const uint32_t group_tiles = kGroupTileRows * tiles_x;
+                                           uint32_t group_rows, uint32_t* ty, uint32_t* tx) {
+  const uint32_t group_tiles = group_rows * tiles_x;
   const uint32_t group = tile / group_tiles;
-  const uint32_t first_ty = group * kGroupTileRows;
-  const uint32_t group_rows = min(tiles_y - first_ty, kGroupTileRows);
+  const uint32_t first_ty = group * group_rows;
+  const uint32_t rows_here = min(tiles_y - first_ty, group_rows);
   const uint32_t in_group = tile - group * group_tiles;
-  *ty = first_ty + in_group % group_rows;
-  *tx = in_group / group_rows;
+  *ty = first_ty + in_group % rows_here;
+  *tx = in_group / rows_here;
 }
 
 // ---- consumers: per tile, each thread reads its register blocks from the stage, releases the
@@ -183,59 +201,69 @@ __device__ __forceinline__ void TileCoords(uint32_t tile, uint32_t tiles_x, uint
 // 8 lanes hit 8 different 16-byte bank groups. Lanes 0-7 take 4 chunks x 2 row groups; the two
 // row groups differ in bit 2 of (row & 7) (4 rows each), so chunk ^ (row & 7) takes 8 different
 // values. For the stores, the 8 lanes sharing a bc hold 8 consecutive row groups: 8 x 16 B = one
-// full 128-byte line of an output row, 4 lines per warp store.
-template <bool kVectorStore>
+// full 128-byte line of an output row, 4 lines per warp store. A warp's blocks are the kRows / 32
+// row slices of one 16-column quarter, so one warp writes 16 output rows of kRows * 4 bytes each.
+// Blocks go through registers two at a time; the stage is released after the last reads.
+template <typename Config, bool kVectorStore>
 __device__ __forceinline__ void ConsumeTile(const uint8_t* stage, uint64_t* empty,
                                             uint32_t* __restrict__ out, int64_t rows,
                                             int64_t cols, int64_t r0, int64_t c0, int warp,
                                             int lane) {
   constexpr int kVec = TileShape<uint32_t>::kVec;
-  constexpr int kBlocks = TileShape<uint32_t>::kWarpBlocks;
+  constexpr int kSlices = Config::kRows / 32;    // 32-row slices of the tile
+  constexpr int kQuarters = Config::kBoxes * 2;  // 16-column quarters of the tile
+  constexpr int kBlocks = kSlices * kQuarters / kConsumerWarps;  // warp blocks per warp
+  constexpr int kBatch = kBlocks < 2 ? kBlocks : 2;               // held in registers at once
+  static_assert(kBlocks * kConsumerWarps == kSlices * kQuarters, "warps share the tile evenly");
+  static_assert(kBlocks % kBatch == 0, "whole batches");
   const int br = (lane & 1) | ((lane >> 3) << 1);
   const int bc = (lane >> 1) & 3;
-  uint32_t v[kBlocks][kVec][kVec];  // [warp block][tile row i][tile column k]
-  bool live[kBlocks];
 #pragma unroll
-  for (int j = 0; j < kBlocks; ++j) {
-    const int wb = warp * kBlocks + j;  // 0..7
-    const int rh = wb & 1;              // which 32-row half of the tile
-    const int cq = wb >> 1;             // which 16-column quarter of the tile
-    live[j] = r0 + rh * 32 < rows && c0 + cq * 16 < cols;
-    if (!live[j]) continue;
-    const uint8_t* box = stage + (cq >> 1) * kBoxBytes;
-    const int chunk = (cq & 1) * 4 + bc;
+  for (int j0 = 0; j0 < kBlocks; j0 += kBatch) {
+    uint32_t v[kBatch][kVec][kVec];  // [warp block][tile row i][tile column k]
+    bool live[kBatch];
 #pragma unroll
-    for (int i = 0; i < kVec; ++i) {
-      const uint4 q =
-          *reinterpret_cast<const uint4*>(box + SwizzledOffset(rh * 32 + br * kVec + i, chunk));
-      v[j][i][0] = q.x;
-      v[j][i][1] = q.y;
-      v[j][i][2] = q.z;
-      v[j][i][3] = q.w;
+    for (int j = 0; j < kBatch; ++j) {
+      const int wb = warp * kBlocks + j0 + j;
+      const int rh = wb % kSlices;  // which 32-row slice of the tile
+      const int cq = wb / kSlices;  // which 16-column quarter of the tile
+      live[j] = r0 + rh * 32 < rows && c0 + cq * 16 < cols;
+      if (!live[j]) continue;
+      const uint8_t* box = stage + (cq >> 1) * Config::kBoxBytes;
+      const int chunk = (cq & 1) * 4 + bc;
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) {
+        const uint4 q =
+            *reinterpret_cast<const uint4*>(box + SwizzledOffset(rh * 32 + br * kVec + i, chunk));
+        v[j][i][0] = q.x;
+        v[j][i][1] = q.y;
+        v[j][i][2] = q.z;
+        v[j][i][3] = q.w;
+      }
     }
-  }
-  MbarArrive(empty);  // the stage may be refilled while we store
+    if (j0 + kBatch == kBlocks) MbarArrive(empty);  // the stage may be refilled while we store
 #pragma unroll
-  for (int j = 0; j < kBlocks; ++j) {
-    if (!live[j]) continue;
-    const int wb = warp * kBlocks + j;
-    const int rh = wb & 1;
-    const int cq = wb >> 1;
-    const int64_t out_c = r0 + rh * 32 + br * kVec;  // first output column (= input row)
+    for (int j = 0; j < kBatch; ++j) {
+      if (!live[j]) continue;
+      const int wb = warp * kBlocks + j0 + j;
+      const int rh = wb % kSlices;
+      const int cq = wb / kSlices;
+      const int64_t out_c = r0 + rh * 32 + br * kVec;  // first output column (= input row)
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) {
-      const int64_t out_r = c0 + cq * 16 + bc * kVec + k;  // output row (= input column)
-      if (out_r >= cols) continue;
-      uint32_t* dst = out + out_r * rows + out_c;
-      if constexpr (kVectorStore) {
-        // rows % 4 == 0 on this path, so a vector is wholly inside or wholly outside the row.
-        if (out_c < rows) {
-          StoreGlobal16(dst, v[j][0][k], v[j][1][k], v[j][2][k], v[j][3][k]);
-        }
-      } else {
+      for (int k = 0; k < kVec; ++k) {
+        const int64_t out_r = c0 + cq * 16 + bc * kVec + k;  // output row (= input column)
+        if (out_r >= cols) continue;
+        uint32_t* dst = out + out_r * rows + out_c;
+        if constexpr (kVectorStore) {
+          // rows % 4 == 0 on this path, so a vector is wholly inside or wholly outside the row.
+          if (out_c < rows) {
+            StoreGlobal16(dst, v[j][0][k], v[j][1][k], v[j][2][k], v[j][3][k]);
+          }
+        } else {
 #pragma unroll
-        for (int i = 0; i < kVec; ++i) {
-          if (out_c + i < rows) dst[i] = v[j][i][k];
+          for (int i = 0; i < kVec; ++i) {
+            if (out_c + i < rows) dst[i] = v[j][i][k];
+          }
         }
       }
     }
@@ -248,14 +276,15 @@ __device__ __forceinline__ void ConsumeTile(const uint8_t* stage, uint64_t* empt
 // stores, the 4 lanes sharing a bc write 4 x 16 B = 64 contiguous bytes (half a line) of each of 8
 // output rows per warp store; the warp holding the other 32 rows of the tile writes the other
 // half at about the same time, so L2 still sees whole lines before they go to DRAM.
-template <bool kVectorStore>
+template <typename Config, bool kVectorStore>
 __device__ __forceinline__ void ConsumeTile(const uint8_t* stage, uint64_t* empty,
                                             uint16_t* __restrict__ out, int64_t rows,
                                             int64_t cols, int64_t r0, int64_t c0, int warp,
                                             int lane) {
   constexpr int kVec = TileShape<uint16_t>::kVec;
   constexpr int kBoxCols = TileShape<uint16_t>::kBoxCols;
-  static_assert(TileShape<uint16_t>::kWarpBlocks == 1, "one warp block per consumer warp");
+  static_assert(Config::kRows == 64 && Config::kBoxes == 2,
+                "bf16: 2 row halves x 2 boxes = one warp block per consumer warp");
   const int br = lane >> 3;
   const int bc = lane & 7;
   const int rh = warp & 1;   // which 32-row half of the tile
@@ -263,7 +292,7 @@ __device__ __forceinline__ void ConsumeTile(const uint8_t* stage, uint64_t* empt
   const bool live = r0 + rh * 32 < rows && c0 + bx * kBoxCols < cols;
   uint32_t v[kVec][4];  // [tile row i][word]: word w holds columns 2w, 2w + 1
   if (live) {
-    const uint8_t* box = stage + bx * kBoxBytes;
+    const uint8_t* box = stage + bx * Config::kBoxBytes;
 #pragma unroll
     for (int i = 0; i < kVec; ++i) {
       const uint4 q = *reinterpret_cast<const uint4*>(box + SwizzledOffset(rh * 32 + br * kVec + i, bc));
@@ -299,18 +328,21 @@ __device__ __forceinline__ void ConsumeTile(const uint8_t* stage, uint64_t* empt
   }
 }
 
-template <typename T, bool kVectorStore>
-__global__ void __launch_bounds__(kThreads)
+// (kThreads, 1): without the 1, ptxas held the 64 x 2 fp32 kernel at 56 registers and spilled
+// 12 bytes; with it, 70-100 registers and no spills, which still fits 3 CTAs of 160 threads.
+template <typename T, bool kVectorStore, typename Config>
+__global__ void __launch_bounds__(kThreads, 1)
     transpose_tma_kernel(const __grid_constant__ CUtensorMap in_map, T* __restrict__ out,
                          int64_t rows, int64_t cols, uint32_t tiles_x, uint32_t tiles_y,
-                         uint32_t num_tiles) {
+                         uint32_t num_tiles, uint32_t group_rows) {
+  constexpr int kStages = Config::kStages;
   constexpr int kBoxCols = TileShape<T>::kBoxCols;
-  constexpr int kTileCols = kBoxesPerTile * kBoxCols;
+  constexpr int kTileCols = Config::kBoxes * kBoxCols;
   extern __shared__ uint8_t smem_raw[];
   // Align the stages to 1024 bytes by hand (kSmemBytes reserves the slack): the alignment of the
   // dynamic shared-memory base is not something to rely on.
   uint8_t* smem = smem_raw + ((kSmemAlign - (SmemAddr(smem_raw) & (kSmemAlign - 1))) & (kSmemAlign - 1));
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * kTileBytes);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * Config::kTileBytes);
   uint64_t* empty = full + kStages;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -332,17 +364,18 @@ __global__ void __launch_bounds__(kThreads)
     uint32_t phase = 0;
     for (uint32_t tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
       uint32_t ty, tx;
-      TileCoords(tile, tiles_x, tiles_y, &ty, &tx);
-      const int32_t r0 = static_cast<int32_t>(ty * kTileRows);
+      TileCoords(tile, tiles_x, tiles_y, group_rows, &ty, &tx);
+      const int32_t r0 = static_cast<int32_t>(ty * Config::kRows);
       const int32_t c0 = static_cast<int32_t>(tx * kTileCols);
       // Boxes that start past the last column are not requested (the consumers skip them).
-      const int boxes = cols - c0 > kBoxCols ? kBoxesPerTile : 1;
-      static_assert(kBoxesPerTile == 2, "the box count above assumes two boxes per tile");
+      const int64_t left = cols - c0;
+      const int boxes = left >= kTileCols ? Config::kBoxes
+                                          : static_cast<int>((left + kBoxCols - 1) / kBoxCols);
       MbarWait(&empty[stage], phase ^ 1);  // all consumers are done reading this stage
-      MbarArriveExpectTx(&full[stage], boxes * kBoxBytes);
-      uint8_t* dst = smem + stage * kTileBytes;
+      MbarArriveExpectTx(&full[stage], boxes * Config::kBoxBytes);
+      uint8_t* dst = smem + stage * Config::kTileBytes;
       for (int b = 0; b < boxes; ++b) {
-        TmaLoad2d(dst + b * kBoxBytes, &in_map, c0 + b * kBoxCols, r0, &full[stage]);
+        TmaLoad2d(dst + b * Config::kBoxBytes, &in_map, c0 + b * kBoxCols, r0, &full[stage]);
       }
       if (++stage == kStages) {
         stage = 0;
@@ -357,12 +390,12 @@ __global__ void __launch_bounds__(kThreads)
   uint32_t phase = 0;
   for (uint32_t tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
     uint32_t ty, tx;
-    TileCoords(tile, tiles_x, tiles_y, &ty, &tx);
-    const int64_t r0 = static_cast<int64_t>(ty) * kTileRows;
+    TileCoords(tile, tiles_x, tiles_y, group_rows, &ty, &tx);
+    const int64_t r0 = static_cast<int64_t>(ty) * Config::kRows;
     const int64_t c0 = static_cast<int64_t>(tx) * kTileCols;
     MbarWait(&full[stage], phase);
-    ConsumeTile<kVectorStore>(smem + stage * kTileBytes, &empty[stage], out, rows, cols, r0, c0,
-                              warp, lane);
+    ConsumeTile<Config, kVectorStore>(smem + stage * Config::kTileBytes, &empty[stage], out, rows,
+                                      cols, r0, c0, warp, lane);
     if (++stage == kStages) {
       stage = 0;
       phase ^= 1;
@@ -386,62 +419,89 @@ PFN_cuTensorMapEncodeTiled_v12000 EncodeTiledFn() {
   return fn;
 }
 
-template <typename T>
-cudaError_t LaunchTma(const void* d_in, void* d_out, int64_t rows, int64_t cols, int device,
+template <typename T, typename Config>
+cudaError_t LaunchTma(const TransposeTmaTuning& tuning, const void* d_in, void* d_out,
+                      int64_t rows, int64_t cols, int device,
                       PFN_cuTensorMapEncodeTiled_v12000 encode, cudaStream_t stream,
                       bool* launched) {
   *launched = false;
   constexpr int kEb = static_cast<int>(sizeof(T));
-  constexpr int kTileCols = kBoxesPerTile * TileShape<T>::kBoxCols;
+  constexpr int kTileCols = Config::kBoxes * TileShape<T>::kBoxCols;
   const uint64_t tiles_x = static_cast<uint64_t>(CeilDiv<int64_t>(cols, kTileCols));
-  const uint64_t tiles_y = static_cast<uint64_t>(CeilDiv<int64_t>(rows, kTileRows));
+  const uint64_t tiles_y = static_cast<uint64_t>(CeilDiv<int64_t>(rows, Config::kRows));
   // 32-bit tile indices, with room for `tile += gridDim.x` not to wrap. Never hit in practice: a
   // 2^31-tile fp32 matrix would be 2^45 bytes.
   if (tiles_x * tiles_y >= (uint64_t{1} << 31)) return cudaSuccess;  // caller falls back
 
-  // Dimension 0 is the contiguous one (columns); boxes are 128 bytes x kTileRows rows.
+  // Dimension 0 is the contiguous one (columns); boxes are 128 bytes x kRows rows.
   CUtensorMap map;
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * kEb};
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(TileShape<T>::kBoxCols), kTileRows};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(TileShape<T>::kBoxCols),
+                             static_cast<cuuint32_t>(Config::kRows)};
   const cuuint32_t elem_strides[2] = {1, 1};
-  // 128-byte L2 promotion: each box row is one whole line. (256 bytes would fetch the neighbouring
-  // box along, but when rows are not 256-byte aligned it re-reads half a line of the previous
-  // tile from DRAM; a candidate for measurement, not a default.)
+  // 128-byte promotion fetches each box row as one whole line; 256 bytes also fetches the
+  // neighbouring box's line (when rows are not 256-byte aligned it re-reads half a line of the
+  // previous tile from DRAM). Chosen by measurement (tuning.l2_promote_256).
   const CUresult res = encode(&map, TileShape<T>::kDataType, 2, const_cast<void*>(d_in), dims,
                               strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                              CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                              CU_TENSOR_MAP_SWIZZLE_128B,
+                              tuning.l2_promote_256 ? CU_TENSOR_MAP_L2_PROMOTION_L2_256B
+                                                    : CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
                               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (res != CUDA_SUCCESS) return cudaSuccess;  // caller falls back
 
   // Output rows start 16-byte aligned only if rows * elem_bytes is a multiple of 16.
   const bool vector_store =
       (rows * kEb) % 16 == 0 && reinterpret_cast<uintptr_t>(d_out) % 16 == 0;
-  const auto kernel = vector_store ? transpose_tma_kernel<T, true> : transpose_tma_kernel<T, false>;
+  const auto kernel = vector_store ? transpose_tma_kernel<T, true, Config>
+                                   : transpose_tma_kernel<T, false, Config>;
 
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Config::kSmemBytes);
   if (err != cudaSuccess) return err;
   int ctas_per_sm = 0;
-  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas_per_sm, kernel, kThreads, kSmemBytes);
+  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas_per_sm, kernel, kThreads,
+                                                      Config::kSmemBytes);
   if (err != cudaSuccess) return err;
   int sms = 0;
   err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (err != cudaSuccess) return err;
   const uint64_t num_tiles = tiles_x * tiles_y;
-  const uint64_t resident = static_cast<uint64_t>(sms) * std::clamp(ctas_per_sm, 1, kMaxCtasPerSm);
+  const uint64_t resident =
+      static_cast<uint64_t>(sms) * std::clamp(ctas_per_sm, 1, std::max(1, tuning.max_ctas_per_sm));
   const unsigned grid = static_cast<unsigned>(std::min(num_tiles, resident));
-  kernel<<<grid, kThreads, kSmemBytes, stream>>>(map, static_cast<T*>(d_out), rows, cols,
-                                                 static_cast<uint32_t>(tiles_x),
-                                                 static_cast<uint32_t>(tiles_y),
-                                                 static_cast<uint32_t>(num_tiles));
+  const uint32_t group_rows = static_cast<uint32_t>(std::max(1, tuning.group_tile_rows));
+  kernel<<<grid, kThreads, Config::kSmemBytes, stream>>>(
+      map, static_cast<T*>(d_out), rows, cols, static_cast<uint32_t>(tiles_x),
+      static_cast<uint32_t>(tiles_y), static_cast<uint32_t>(num_tiles), group_rows);
   *launched = true;
   return cudaPeekAtLastError();
 }
 
+// The fp32 tile the tuning names; nullptr-equivalent (false) when unsupported.
+cudaError_t LaunchTmaFp32(const TransposeTmaTuning& t, const void* d_in, void* d_out, int64_t rows,
+                          int64_t cols, int device, PFN_cuTensorMapEncodeTiled_v12000 encode,
+                          cudaStream_t stream, bool* launched) {
+  if (t.tile_rows == 64 && t.boxes == 2) {
+    return LaunchTma<uint32_t, Tile64x2>(t, d_in, d_out, rows, cols, device, encode, stream, launched);
+  }
+  if (t.tile_rows == 64 && t.boxes == 4) {
+    return LaunchTma<uint32_t, Tile64x4>(t, d_in, d_out, rows, cols, device, encode, stream, launched);
+  }
+  if (t.tile_rows == 128 && t.boxes == 2) {
+    return LaunchTma<uint32_t, Tile128x2>(t, d_in, d_out, rows, cols, device, encode, stream, launched);
+  }
+  if (t.tile_rows == 128 && t.boxes == 4) {
+    return LaunchTma<uint32_t, Tile128x4>(t, d_in, d_out, rows, cols, device, encode, stream, launched);
+  }
+  return cudaErrorInvalidValue;
+}
+
 }  // namespace
 
-cudaError_t TransposeTma(const void* d_in, void* d_out, int64_t rows, int64_t cols, int elem_bytes,
-                         cudaStream_t stream) {
+cudaError_t TransposeTmaTuned(const TransposeTmaTuning& tuning, const void* d_in, void* d_out,
+                              int64_t rows, int64_t cols, int elem_bytes, cudaStream_t stream) {
   if (!transpose_detail::ArgsOk(d_in, d_out, rows, cols, elem_bytes)) return cudaErrorInvalidValue;
   // What a TMA tensor map can describe: 16-byte aligned base and row stride, dimensions whose
   // coordinates fit the instruction's signed 32-bit operands.
@@ -460,13 +520,19 @@ cudaError_t TransposeTma(const void* d_in, void* d_out, int64_t rows, int64_t co
     if (encode != nullptr) {
       bool launched = false;
       err = elem_bytes == 4
-                ? LaunchTma<uint32_t>(d_in, d_out, rows, cols, device, encode, stream, &launched)
-                : LaunchTma<uint16_t>(d_in, d_out, rows, cols, device, encode, stream, &launched);
+                ? LaunchTmaFp32(tuning, d_in, d_out, rows, cols, device, encode, stream, &launched)
+                : LaunchTma<uint16_t, Tile64x2>(tuning, d_in, d_out, rows, cols, device, encode,
+                                                stream, &launched);
       if (err != cudaSuccess || launched) return err;
     }
   }
   // TMA cannot describe this input: the classic padded kernel needs no alignment at all.
   return TransposeSmemTiled(d_in, d_out, rows, cols, elem_bytes, stream);
+}
+
+cudaError_t TransposeTma(const void* d_in, void* d_out, int64_t rows, int64_t cols, int elem_bytes,
+                         cudaStream_t stream) {
+  return TransposeTmaTuned(kDefaultTuning, d_in, d_out, rows, cols, elem_bytes, stream);
 }
 
 }  // namespace opserve::kernels

@@ -119,11 +119,13 @@ const std::vector<AlgoSpec>& AlgorithmTable() {
 }
 
 #if OPSERVE_WITH_CUDA
-// sum: both candidates are one launch after a tiny memset. Below kSumAtomicMaxInt32 elements,
-// INT32 takes one_pass_atomic: its int64 atomics are exact, so the order they land in cannot
-// change the result (deterministic in effect), and at 2^20 it measured 6.6 us against 8.4 us for
-// the then two-launch vectorized (opserve-bench, H200). FLOAT32 always takes vectorized, which
-// is deterministic; one_pass_atomic's float result depends on the order of its atomics.
+// sum: below kSumAtomicMaxInt32 elements, INT32 takes one_pass_atomic: its int64 atomics are
+// exact, so the order they land in cannot change the result (deterministic in effect), and at
+// 2^20 it ran 6.8 us against 8.6 us for vectorized (opserve-bench, H200, 2026-11-22). FLOAT32
+// always takes vectorized, the fastest deterministic sum there (7.9 us at 2^20); one_pass_atomic
+// (7.3 us) is faster, but its float result depends on the order of its atomics. Only 2^20 and
+// 2^30 were measured (at 2^30 vectorized wins, 927.5 vs 957.3 us); the 2^22 cut between them is
+// a guess that keeps one_pass_atomic to sizes where launch cost, not streaming, dominates.
 constexpr int64_t kSumAtomicMaxInt32 = int64_t{1} << 22;
 absl::string_view ChooseSum(std::span<const TensorMeta> in, const Backend& backend) {
   if (in[0].dtype == DType::kInt32 && in[0].NumElements() < kSumAtomicMaxInt32) {

@@ -1,0 +1,27 @@
+// The knobs of TransposeTma (kernels/transpose_tma.cu), for the kernel layer and its benchmark
+// only: TransposeTma itself runs kTransposeTmaDefault. opserve-bench --transpose-sweep times
+// every supported combination, which is how the defaults were chosen (PERFORMANCE.md).
+#pragma once
+
+#include "kernels/common.h"
+
+namespace opserve::kernels {
+
+struct TransposeTmaTuning {
+  // FLOAT32/INT32 tile: tile_rows x (boxes * 32) elements, each box 128 bytes wide. Supported:
+  // (64, 2), (64, 4), (128, 2), (128, 4). BFLOAT16 always runs 64 x (2 * 64).
+  int tile_rows = 64;
+  int boxes = 2;
+  // Tiles are handed out walking down groups of this many tile rows (>= 1).
+  int group_tile_rows = 32;
+  // L2 promotion of the input's TMA loads: 256 bytes instead of 128.
+  bool l2_promote_256 = false;
+  // Resident CTAs per SM (capped by what fits).
+  int max_ctas_per_sm = 2;
+};
+
+// TransposeTma with explicit knobs; cudaErrorInvalidValue for an unsupported tile.
+cudaError_t TransposeTmaTuned(const TransposeTmaTuning& tuning, const void* d_in, void* d_out,
+                              int64_t rows, int64_t cols, int elem_bytes, cudaStream_t stream);
+
+}  // namespace opserve::kernels

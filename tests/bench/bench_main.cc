@@ -1,0 +1,944 @@
+// opserve-bench: every op x algorithm x dtype of the op table (its "cuda" rows, plus `auto` as
+// ResolveAlgorithm resolves it), timed against the ceilings a user would otherwise reach for,
+// measured in the same run: the device-to-device copy, a float4 read-only stream, CUB's reduce and
+// segmented reduce, and cuBLAS SGEMM (pedantic FP32), TF32 and BF16. Optionally the service path
+// over loopback gRPC (--ops=...,service). A benchmark, not a test.
+//
+//   opserve-bench [--ops=sum,row_mean,transpose,matmul,service] [--quick] [--out=DIR]
+//                 [--reps=N] [--algos=a,b,auto] [--shapes=LABEL,...] [--opserve=PATH]
+//
+// Method (METHOD.md of the lent GPU machines):
+//   - CUDA events around each run, after warm-up; the median of >= 20 runs is reported.
+//   - Each run is preceded by a ~100 us spin kernel on the same stream, so the host queues the
+//     run while the GPU is busy: the events see the device's work (every launch of a multi-launch
+//     algorithm and the gaps between them) but not the host's launch overhead.
+//   - Inputs rotate through enough sets that every run reads memory the last runs did not touch
+//     (at least 256 MiB in all, several times the 50-60 MB L2); every set holds fresh random
+//     values (never zeros), drawn with a new seed each run.
+//   - GB/s counts the op's Cost (each input read once, the output written once); TFLOP/s 2MNK.
+//   - Each algorithm's output is checked once against its anchor's, so a fast wrong kernel shows.
+#include <cuda_runtime_api.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "server/cuda/cuda_backend.h"
+#include "server/ops.h"
+#include "server/tensor.h"
+#include "tests/bench/bench.h"
+#include "tests/bench/bench_device.h"
+#include "tests/bench/ceilings.h"
+#include "kernels/transpose.h"
+#include "kernels/transpose_tma_tuning.h"
+#if OPSERVE_BENCH_SERVICE
+#include "tests/bench/service_bench.h"
+#endif
+
+namespace opserve::bench {
+namespace {
+
+constexpr uint64_t kMinRotatedBytes = 256ull << 20;  // several times the 50-60 MB L2
+constexpr int kMaxSets = 4096;
+constexpr int kMinReps = 20;
+constexpr int kDefaultReps = 30;
+constexpr int kWarmups = 3;
+constexpr int64_t kSpinNs = 100 * 1000;  // longer than any launcher's host work seen
+constexpr double kSlowRunMs = 150.0;     // runs slower than this get kMinReps and one warm-up
+constexpr uint64_t kAlign = 256;         // the pool's alignment; sets start on it
+constexpr uint64_t kCopyBytes = 4ull << 30;    // the D2D ceiling copies 4 GiB (as GPU.md's)
+constexpr uint64_t kStreamBytes = 4ull << 30;  // the read stream reads 4 GiB a run, 2 sets
+
+struct Options {
+  std::set<std::string> ops = {"sum", "row_mean", "transpose", "matmul", "service"};
+  bool quick = false;
+  std::string out_dir;
+  int reps = kDefaultReps;
+  std::set<std::string> algos;   // empty: all
+  std::set<std::string> shapes;  // empty: all
+  std::string opserve_bin;
+  bool transpose_sweep = false;  // time TransposeTma's knobs instead of the table
+};
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "opserve-bench: %s\n", what.c_str());
+  std::exit(2);
+}
+
+void Check(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) {
+    Die(absl::StrCat(what, ": ", cudaGetErrorName(err), ": ", cudaGetErrorString(err)));
+  }
+}
+
+uint64_t AlignUp(uint64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+// A device allocation owned by the benchmark (outside the server's budget).
+class DeviceMem {
+ public:
+  explicit DeviceMem(uint64_t bytes) : bytes_(bytes) {
+    Check(cudaMalloc(&p_, std::max<uint64_t>(bytes, 1)), "cudaMalloc");
+  }
+  ~DeviceMem() { cudaFree(p_); }
+  DeviceMem(const DeviceMem&) = delete;
+  DeviceMem& operator=(const DeviceMem&) = delete;
+  char* get() const { return static_cast<char*>(p_); }
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  void* p_ = nullptr;
+  uint64_t bytes_;
+};
+
+uint64_t NextSeed() {
+  static std::mt19937_64 rng(std::random_device{}() ^
+                             static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
+  return rng();
+}
+
+void Fill(void* d, DType dtype, uint64_t bytes, cudaStream_t s) {
+  switch (dtype) {
+    case DType::kFloat32:
+      Check(FillRandomF32(static_cast<float*>(d), bytes / 4, NextSeed(), s), "fill");
+      break;
+    case DType::kInt32:
+      Check(FillRandomI32(static_cast<int32_t*>(d), bytes / 4, NextSeed(), s), "fill");
+      break;
+    case DType::kBFloat16:
+      Check(FillRandomBf16(static_cast<uint16_t*>(d), bytes / 2, NextSeed(), s), "fill");
+      break;
+    default:
+      Die("no random fill for this dtype");
+  }
+}
+
+// Input and output sets of one case, rotated run by run.
+class Sets {
+ public:
+  Sets(const std::vector<TensorMeta>& inputs, const TensorMeta& output, cudaStream_t s) {
+    uint64_t set_bytes = 0;
+    for (const TensorMeta& m : inputs) set_bytes += AlignUp(m.Bytes());
+    set_bytes += AlignUp(output.Bytes());
+    count_ = static_cast<int>(std::clamp<uint64_t>((kMinRotatedBytes + set_bytes - 1) / set_bytes,
+                                                   2, kMaxSets));
+    for (const TensorMeta& m : inputs) {
+      const uint64_t stride = AlignUp(m.Bytes());
+      in_strides_.push_back(stride);
+      in_.push_back(std::make_unique<DeviceMem>(stride * count_));
+      Fill(in_.back()->get(), m.dtype, stride * count_, s);
+    }
+    out_stride_ = AlignUp(output.Bytes());
+    out_ = std::make_unique<DeviceMem>(out_stride_ * count_);
+    Check(cudaMemsetAsync(out_->get(), 0xFF, out_stride_ * count_, s), "poison outputs");
+    Check(cudaStreamSynchronize(s), "fill");
+  }
+  int count() const { return count_; }
+  void* in(size_t i, int set) const { return in_[i]->get() + in_strides_[i] * set; }
+  void* out(int set) const { return out_->get() + out_stride_ * set; }
+  // The set a run uses: warm-ups and timed runs walk on, so no two nearby runs share one.
+  int Next() { return next_++ % count_; }
+
+ private:
+  int count_ = 2;
+  std::vector<uint64_t> in_strides_;
+  std::vector<std::unique_ptr<DeviceMem>> in_;
+  uint64_t out_stride_ = 0;
+  std::unique_ptr<DeviceMem> out_;
+  int next_ = 0;
+};
+
+struct Stats {
+  int reps = 0;
+  double median_us = 0, min_us = 0, p90_us = 0;
+};
+
+// Times `run(set)` per the method above. `run` returns false on failure (already reported).
+Stats TimeRuns(cudaStream_t s, Sets& sets, int max_reps, const std::function<bool(int)>& run,
+               const std::function<void()>& after_batch) {
+  auto batch = [&](int n) {
+    std::vector<cudaEvent_t> ev(2 * n);
+    for (cudaEvent_t& e : ev) Check(cudaEventCreate(&e), "cudaEventCreate");
+    bool ok = true;
+    for (int i = 0; i < n && ok; ++i) {
+      Check(Spin(kSpinNs, s), "spin");
+      Check(cudaEventRecord(ev[2 * i], s), "event");
+      ok = run(sets.Next());
+      Check(cudaEventRecord(ev[2 * i + 1], s), "event");
+    }
+    Check(cudaStreamSynchronize(s), "timed runs");
+    after_batch();
+    std::vector<double> us;
+    for (int i = 0; i < n && ok; ++i) {
+      float ms = 0;
+      Check(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]), "cudaEventElapsedTime");
+      us.push_back(ms * 1e3);
+    }
+    for (cudaEvent_t& e : ev) cudaEventDestroy(e);
+    return us;
+  };
+  // Warm-up: module loading, handle creation, the pool's first allocations. The second warm-up's
+  // time decides how many timed runs fit.
+  std::vector<double> w = batch(1);
+  if (w.empty()) return {};
+  int reps = max_reps;
+  if (w[0] < kSlowRunMs * 1e3) {
+    w = batch(kWarmups - 1);
+    if (w.empty()) return {};
+    if (w.back() > kSlowRunMs * 1e3) reps = kMinReps;
+  } else {
+    reps = kMinReps;
+  }
+  std::vector<double> us = batch(reps);
+  if (static_cast<int>(us.size()) != reps) return {};
+  std::sort(us.begin(), us.end());
+  Stats st;
+  st.reps = reps;
+  st.min_us = us.front();
+  st.median_us = reps % 2 ? us[reps / 2] : 0.5 * (us[reps / 2 - 1] + us[reps / 2]);
+  st.p90_us = us[std::min<int>(reps - 1, static_cast<int>(std::ceil(0.9 * reps)) - 1)];
+  return st;
+}
+
+std::string Dims(const std::vector<int64_t>& d) { return absl::StrJoin(d, "x"); }
+
+// One benchmark case: an op on given input metas.
+struct Case {
+  const OpSpec* op;
+  std::vector<TensorMeta> inputs;
+  TensorMeta output;
+  std::string shape;
+  std::string dtype;
+  Cost cost;
+};
+
+Case MakeCase(absl::string_view op_name, std::vector<TensorMeta> inputs, std::string shape) {
+  Case c;
+  c.op = FindOp(op_name);
+  if (c.op == nullptr) Die(absl::StrCat("no op ", op_name));
+  c.inputs = std::move(inputs);
+  auto out = c.op->infer(c.inputs);
+  if (!out.ok()) Die(std::string(out.status().message()));
+  c.output = *out;
+  c.shape = std::move(shape);
+  c.dtype = std::string(DTypeName(c.inputs[0].dtype));
+  c.cost = c.op->cost(c.inputs, c.output);
+  return c;
+}
+
+class Bench {
+ public:
+  Bench(Options opt, Backend* backend, ExecEnv* env)
+      : opt_(std::move(opt)), backend_(backend), env_(env),
+        stream_(static_cast<cudaStream_t>(env->stream())) {
+    Check(blas_.Init(stream_), "cuBLAS init");
+  }
+
+  Report& report() { return report_; }
+
+  void Ceilings() {
+    {  // Device-to-device copy: 4 GiB each way, alternating direction.
+      auto a = std::make_unique<DeviceMem>(kCopyBytes), b = std::make_unique<DeviceMem>(kCopyBytes);
+      Fill(a->get(), DType::kFloat32, kCopyBytes, stream_);
+      Fill(b->get(), DType::kFloat32, kCopyBytes, stream_);
+      Sets dummy({}, TensorMeta{DType::kFloat32, {1}}, stream_);
+      Stats st = TimeRuns(
+          stream_, dummy, opt_.reps,
+          [&](int set) {
+            const bool fwd = set % 2 == 0;
+            return CopyD2D(fwd ? b->get() : a->get(), fwd ? a->get() : b->get(), kCopyBytes,
+                           stream_) == cudaSuccess;
+          },
+          [] {});
+      Row r = CeilingRow("d2d_copy", "4GiB", "bytes", st, 2 * kCopyBytes, 0);
+      report_.copy_gbps = r.gbps;
+      report_.rows.push_back(r);
+    }
+    {  // float4 read-only stream: 4 GiB a run, two sets.
+      TensorMeta m{DType::kFloat32, {static_cast<int64_t>(kStreamBytes / 4)}};
+      Sets sets({m}, TensorMeta{DType::kFloat32, {1}}, stream_);
+      Stats st = TimeRuns(
+          stream_, sets, opt_.reps,
+          [&](int set) {
+            return ReadStream(static_cast<const float*>(sets.in(0, set)), kStreamBytes / 4,
+                              static_cast<float*>(sets.out(set)), stream_) == cudaSuccess;
+          },
+          [] {});
+      Row r = CeilingRow("read_stream", "4GiB", "FLOAT32", st, kStreamBytes, 0);
+      report_.stream_gbps = r.gbps;
+      report_.rows.push_back(r);
+    }
+  }
+
+  void Sum() {
+    const std::vector<std::pair<int64_t, std::string>> sizes =
+        opt_.quick ? std::vector<std::pair<int64_t, std::string>>{{int64_t{1} << 30, "2^30"}}
+                   : std::vector<std::pair<int64_t, std::string>>{{int64_t{1} << 30, "2^30"},
+                                                                  {int64_t{1} << 20, "2^20"}};
+    for (const auto& [n, label] : sizes) {
+      for (DType d : {DType::kInt32, DType::kFloat32}) {
+        if (!WantShape(label)) continue;
+        Case c = MakeCase("sum", {TensorMeta{d, {n}}}, label);
+        Sets sets(c.inputs, c.output, stream_);
+        // The anchor: cub::DeviceReduce::Sum (int32 widened to int64, as the op does).
+        size_t temp_bytes = 0;
+        RunCubSum(c, nullptr, &temp_bytes, sets.in(0, 0), sets.out(0));
+        DeviceMem temp(temp_bytes);
+        DeviceMem ref(8);
+        auto anchor = [&](int set, void* out) {
+          size_t tb = temp_bytes;
+          return RunCubSum(c, temp.get(), &tb, sets.in(0, set), out) == cudaSuccess;
+        };
+        const Row a = AnchorRow(c, "cub_reduce", sets, [&](int set) { return anchor(set, sets.out(set)); });
+        anchor(0, ref.get());
+        auto check = [&](Row& r) {
+          double got = 0, want = 0;
+          ReadScalar(c.output.dtype, sets.out(0), &got);
+          ReadScalar(c.output.dtype, ref.get(), &want);
+          // Relative to sum |x| (about n/2 for uniform [-1, 1), ~500 n for the int32 values).
+          const double scale = d == DType::kFloat32 ? 0.5 * n : 500.0 * n;
+          r.error = std::fabs(got - want) / scale;
+          r.error_ok = d == DType::kFloat32 ? r.error < 1e-5 : got == want;
+        };
+        RunTableAlgorithms(c, sets, a, check, {});
+      }
+    }
+  }
+
+  void RowMean() {
+    struct S {
+      int64_t rows, cols;
+    };
+    const std::vector<S> shapes = {{10, 2048},    {10, 8192},       {1, 1048576},
+                                   {4096, 4096},  {8192, 8192},     {1048576, 64},
+                                   {65536, 4096}, {16, 16777216}};
+    for (const S& s : shapes) {
+      const std::string label = absl::StrCat(s.rows, "x", s.cols);
+      if (!WantShape(label)) continue;
+      Case c = MakeCase("row_mean", {TensorMeta{DType::kFloat32, {s.rows, s.cols}}}, label);
+      Sets sets(c.inputs, c.output, stream_);
+      size_t temp_bytes = 0;
+      Check(CubSegmentedSum(nullptr, &temp_bytes, nullptr, nullptr, s.rows, s.cols, stream_),
+            "cub segmented size");
+      DeviceMem temp(temp_bytes);
+      DeviceMem ref(s.rows * sizeof(float));
+      auto anchor = [&](int set, void* out) {
+        size_t tb = temp_bytes;
+        return CubSegmentedSum(temp.get(), &tb, static_cast<const float*>(sets.in(0, set)),
+                               static_cast<float*>(out), s.rows, s.cols, stream_) == cudaSuccess;
+      };
+      Row a = AnchorRow(c, "cub_segmented_sum", sets,
+                        [&](int set) { return anchor(set, sets.out(set)); });
+      // The read stream over exactly this input: what any kernel can reach at this size
+      // (launch, ramp-up and drain included). Shown for reference; ratios use the 4 GiB ceiling.
+      AnchorRow(c, "read_stream_same_bytes", sets, [&](int set) {
+        return ReadStream(static_cast<const float*>(sets.in(0, set)), s.rows * s.cols,
+                          static_cast<float*>(sets.out(set)), stream_) == cudaSuccess;
+      }, c.inputs[0].Bytes());
+      anchor(0, ref.get());
+      Check(ScaleInPlace(reinterpret_cast<float*>(ref.get()), s.rows, 1.0f / s.cols, stream_), "scale");
+      auto check = [&](Row& r) {
+        Check(RelativeError(static_cast<const float*>(sets.out(0)),
+                            reinterpret_cast<const float*>(ref.get()), s.rows, &r.error, stream_),
+              "error");
+        r.error_ok = r.error < 1e-4;
+      };
+      RunTableAlgorithms(c, sets, a, check, [&](Row& r) {
+        r.anchor2 = "read_stream";
+        r.ratio2 = report_.stream_gbps > 0 ? r.gbps / report_.stream_gbps : 0;
+      });
+    }
+  }
+
+  void Transpose() {
+    struct S {
+      int64_t rows, cols;
+    };
+    std::vector<S> shapes = {{4096, 4096}, {16384, 16384}, {32768, 32768}, {8192, 32768}};
+    if (opt_.quick) shapes = {{16384, 16384}, {32768, 32768}};
+    for (const S& s : shapes) {
+      const std::string label = absl::StrCat(s.rows, "x", s.cols);
+      if (!WantShape(label)) continue;
+      Case c = MakeCase("transpose", {TensorMeta{DType::kFloat32, {s.rows, s.cols}}}, label);
+      Sets sets(c.inputs, c.output, stream_);
+      Row a = CeilingAnchor("d2d_copy", report_.copy_gbps);
+      auto check = [&](Row& r) {
+        uint64_t bad = 0;
+        Check(TransposeMismatches(static_cast<const uint32_t*>(sets.in(0, 0)),
+                                  static_cast<const uint32_t*>(sets.out(0)), s.rows, s.cols, &bad,
+                                  stream_),
+              "transpose check");
+        r.error = static_cast<double>(bad);
+        r.error_ok = bad == 0;
+      };
+      RunTableAlgorithms(c, sets, a, check, {});
+    }
+  }
+
+  void Matmul() {
+    struct S {
+      int64_t m, n, k;
+    };
+    std::vector<S> shapes = {{1024, 1024, 1024}, {4096, 4096, 4096}, {8192, 8192, 8192},
+                             {4095, 4097, 1023}};
+    if (opt_.quick) shapes = {{4096, 4096, 4096}};
+    for (const S& s : shapes) {
+      const std::string label = absl::StrCat(s.m, "x", s.n, "x", s.k);
+      if (!WantShape(label)) continue;
+      for (DType d : {DType::kFloat32, DType::kBFloat16}) {
+        Case c = MakeCase("matmul", {TensorMeta{d, {s.m, s.k}}, TensorMeta{d, {s.k, s.n}}}, label);
+        Sets sets(c.inputs, c.output, stream_);
+        DeviceMem ref(s.m * s.n * sizeof(float));
+        auto gemm = [&](Blas::Precision p, int set, void* out) {
+          return blas_.Gemm(p, sets.in(0, set), sets.in(1, set), static_cast<float*>(out), s.m, s.n,
+                            s.k) == cudaSuccess;
+        };
+        const Blas::Precision main_p =
+            d == DType::kBFloat16 ? Blas::Precision::kBf16 : Blas::Precision::kFp32Pedantic;
+        Row a = AnchorRow(c, d == DType::kBFloat16 ? "cublas_bf16" : "cublas_sgemm_pedantic", sets,
+                          [&](int set) { return gemm(main_p, set, sets.out(set)); });
+        Row tf32;
+        if (d == DType::kFloat32) {
+          Case t = c;
+          t.dtype = "TF32";
+          tf32 = AnchorRow(t, "cublas_tf32", sets,
+                           [&](int set) { return gemm(Blas::Precision::kTf32, set, sets.out(set)); });
+        }
+        gemm(main_p, 0, ref.get());
+        auto check = [&](Row& r) {
+          Check(RelativeError(static_cast<const float*>(sets.out(0)),
+                              reinterpret_cast<const float*>(ref.get()), s.m * s.n, &r.error, stream_),
+                "error");
+          r.error_ok = r.error < (r.dtype == "TF32" ? 5e-3 : 1e-3);
+        };
+        RunTableAlgorithms(c, sets, a, check, {}, d == DType::kFloat32 ? &tf32 : nullptr);
+      }
+    }
+  }
+
+  // TransposeTma's knobs (kernels/transpose_tma_tuning.h) over the transpose shapes: first every
+  // tile shape on ragged shapes against the element-wise check, then the timings. Writes
+  // DIR/transpose_sweep.csv and prints each shape's fastest settings.
+  void TransposeSweep(const std::string& dir) {
+    struct Tile {
+      int rows, boxes;
+      std::vector<int> ctas;
+    };
+    const std::vector<Tile> tiles = {{64, 2, {2, 3}}, {64, 4, {1, 2}}, {128, 2, {1, 2}}, {128, 4, {1}}};
+    const int groups[] = {4, 8, 16, 32, 64};
+    std::vector<kernels::TransposeTmaTuning> tunings;
+    for (const Tile& t : tiles) {
+      for (int g : groups) {
+        for (bool promo : {false, true}) {
+          for (int c : t.ctas) tunings.push_back({t.rows, t.boxes, g, promo, c});
+        }
+      }
+    }
+    auto name = [](const kernels::TransposeTmaTuning& t) {
+      return absl::StrFormat("tile%dx%d_g%d_l2%s_cta%d", t.tile_rows, t.boxes, t.group_tile_rows,
+                             t.l2_promote_256 ? "256" : "128", t.max_ctas_per_sm);
+    };
+    // Ragged shapes: every path (vector and element stores, the smem_tiled fallback, partial boxes
+    // and tiles) of every tile shape, against the element-wise check.
+    const std::pair<int64_t, int64_t> ragged[] = {{1, 4},     {4, 1},       {65, 132},   {1000, 1004},
+                                                  {1001, 1004}, {3000, 8}, {129, 260},  {4096, 4100},
+                                                  {300, 36},  {257, 516}};
+    int bad = 0;
+    for (const Tile& t : tiles) {
+      kernels::TransposeTmaTuning tu{t.rows, t.boxes, 8, false, t.ctas.back()};
+      for (const auto& [r, c] : ragged) {
+        TensorMeta m{DType::kFloat32, {r, c}};
+        Sets sets({m}, TensorMeta{DType::kFloat32, {c, r}}, stream_);
+        Check(kernels::TransposeTmaTuned(tu, sets.in(0, 0), sets.out(0), r, c, 4, stream_),
+              "TransposeTmaTuned");
+        uint64_t mismatches = 0;
+        Check(TransposeMismatches(static_cast<const uint32_t*>(sets.in(0, 0)),
+                                  static_cast<const uint32_t*>(sets.out(0)), r, c, &mismatches,
+                                  stream_),
+              "transpose check");
+        if (mismatches) {
+          ++bad;
+          std::printf("  SWEEP CHECK FAILED: %s %ldx%ld: %lu wrong\n", name(tu).c_str(), long(r),
+                      long(c), static_cast<unsigned long>(mismatches));
+        }
+      }
+    }
+    std::printf("transpose sweep: ragged checks of %zu tile shapes: %s\n", tiles.size(),
+                bad ? "FAILED" : "all exact");
+    std::string csv = "shape,tuning,median_us,gbps,ratio_copy,check_ok\n";
+    const std::pair<int64_t, int64_t> shapes[] = {{16384, 16384}, {32768, 32768}, {8192, 32768}, {4096, 4096}};
+    for (const auto& [r, c] : shapes) {
+      TensorMeta m{DType::kFloat32, {r, c}};
+      Sets sets({m}, TensorMeta{DType::kFloat32, {c, r}}, stream_);
+      const uint64_t bytes = 2 * m.Bytes();
+      std::vector<std::pair<double, std::string>> results;
+      for (const auto& tu : tunings) {
+        Stats st = TimeRuns(
+            stream_, sets, opt_.reps,
+            [&](int set) {
+              return kernels::TransposeTmaTuned(tu, sets.in(0, set), sets.out(set), r, c, 4,
+                                                stream_) == cudaSuccess;
+            },
+            [] {});
+        bool ok = true;
+        if (r == 16384) {
+          uint64_t mismatches = 0;
+          Check(kernels::TransposeTmaTuned(tu, sets.in(0, 0), sets.out(0), r, c, 4, stream_), "run");
+          Check(TransposeMismatches(static_cast<const uint32_t*>(sets.in(0, 0)),
+                                    static_cast<const uint32_t*>(sets.out(0)), r, c, &mismatches,
+                                    stream_),
+                "transpose check");
+          ok = mismatches == 0;
+        }
+        const double gbps = bytes / (st.median_us * 1e-6) / 1e9;
+        csv += absl::StrFormat("%ldx%ld,%s,%.2f,%.1f,%.4f,%d\n", long(r), long(c), name(tu),
+                               st.median_us, gbps, gbps / report_.copy_gbps, ok ? 1 : 0);
+        results.push_back({st.median_us, name(tu) + (ok ? "" : " CHECK FAILED")});
+      }
+      std::sort(results.begin(), results.end());
+      std::printf("transpose sweep %ldx%ld (copy %.0f GB/s):\n", long(r), long(c), report_.copy_gbps);
+      for (size_t i = 0; i < results.size(); ++i) {
+        const bool is_default = results[i].second.rfind("tile64x2_g32_l2128_cta2", 0) == 0;
+        if (i < 8 || is_default) {
+          const double gbps = bytes / (results[i].first * 1e-6) / 1e9;
+          std::printf("  %2zu %-32s %9.1f us %7.0f GB/s %.3fx\n", i + 1, results[i].second.c_str(),
+                      results[i].first, gbps, gbps / report_.copy_gbps);
+        }
+      }
+      std::fflush(stdout);
+    }
+    if (!dir.empty()) {
+      mkdir(dir.c_str(), 0755);
+      std::ofstream(dir + "/transpose_sweep.csv") << csv;
+    }
+  }
+
+ private:
+  bool WantShape(const std::string& label) const {
+    return opt_.shapes.empty() || opt_.shapes.count(label) > 0;
+  }
+  bool WantAlgo(const std::string& name) const {
+    return opt_.algos.empty() || opt_.algos.count(name) > 0;
+  }
+
+  cudaError_t RunCubSum(const Case& c, void* temp, size_t* temp_bytes, void* in, void* out) {
+    const int64_t n = c.inputs[0].NumElements();
+    if (c.inputs[0].dtype == DType::kInt32) {
+      return CubReduceSum(temp, temp_bytes, static_cast<const int32_t*>(in),
+                          static_cast<int64_t*>(out), n, stream_);
+    }
+    return CubReduceSum(temp, temp_bytes, static_cast<const float*>(in), static_cast<float*>(out),
+                        n, stream_);
+  }
+
+  void ReadScalar(DType d, const void* dev, double* v) {
+    if (d == DType::kInt64) {
+      int64_t x = 0;
+      Check(cudaMemcpy(&x, dev, sizeof(x), cudaMemcpyDeviceToHost), "read scalar");
+      *v = static_cast<double>(x);
+    } else {
+      float x = 0;
+      Check(cudaMemcpy(&x, dev, sizeof(x), cudaMemcpyDeviceToHost), "read scalar");
+      *v = x;
+    }
+  }
+
+  static void SetStats(Row& r, const Stats& st) {
+    r.reps = st.reps;
+    r.median_us = st.median_us;
+    r.min_us = st.min_us;
+    r.p90_us = st.p90_us;
+    if (st.median_us > 0) {
+      r.gbps = r.bytes / (st.median_us * 1e-6) / 1e9;
+      r.tflops = r.flops / (st.median_us * 1e-6) / 1e12;
+    }
+  }
+
+  Row CeilingRow(std::string name, std::string shape, std::string dtype, const Stats& st,
+                 uint64_t bytes, uint64_t flops) {
+    Row r;
+    r.op = "ceiling";
+    r.shape = std::move(shape);
+    r.dtype = std::move(dtype);
+    r.algorithm = std::move(name);
+    r.is_anchor = true;
+    r.bytes = bytes;
+    r.flops = flops;
+    SetStats(r, st);
+    r.anchor = "-";
+    r.ratio = 1.0;
+    Print(r);
+    return r;
+  }
+
+  // A ceiling used as a bandwidth anchor (no timing of its own in this case).
+  Row CeilingAnchor(std::string name, double gbps) {
+    Row r;
+    r.algorithm = std::move(name);
+    r.gbps = gbps;
+    r.is_anchor = true;
+    return r;
+  }
+
+  // `bytes` 0: the op's Cost.
+  Row AnchorRow(const Case& c, std::string name, Sets& sets, const std::function<bool(int)>& run,
+                uint64_t bytes = 0) {
+    Row r;
+    r.op = std::string(c.op->name);
+    r.shape = c.shape;
+    r.dtype = c.dtype;
+    r.algorithm = std::move(name);
+    r.is_anchor = true;
+    r.bytes = bytes > 0 ? bytes : c.cost.bytes;
+    r.flops = c.op->name == "matmul" ? c.cost.flops : 0;
+    SetStats(r, TimeRuns(stream_, sets, opt_.reps, run, [] {}));
+    r.anchor = "-";
+    r.ratio = 1.0;
+    report_.rows.push_back(r);
+    Print(r);
+    return r;
+  }
+
+  bool RunTable(const AlgoSpec& a, const Case& c, Sets& sets, int set) {
+    std::vector<const void*> ptrs;
+    for (size_t i = 0; i < c.inputs.size(); ++i) ptrs.push_back(sets.in(i, set));
+    AttrMap attrs;
+    KernelArgs args{ptrs, c.inputs, sets.out(set), c.output, attrs, *env_};
+    absl::Status st = a.run(args);
+    if (!st.ok()) {
+      std::fprintf(stderr, "opserve-bench: %s %s %s: %s\n", std::string(a.op).c_str(),
+                   std::string(a.name).c_str(), c.shape.c_str(), std::string(st.message()).c_str());
+      return false;
+    }
+    return true;
+  }
+
+  void FinishEnv() {
+    auto done = env_->Finish(0);
+    if (!done.ok()) Die(std::string(done.status().message()));
+  }
+
+  // Every "cuda" row of the table for this op and dtype, then `auto`. `anchor` is the ratio's
+  // reference (by time when it was timed on this case, else by GB/s); `tf32` the TF32 cuBLAS row
+  // for tensor_core on FLOAT32.
+  void RunTableAlgorithms(const Case& c, Sets& sets, const Row& anchor,
+                          const std::function<void(Row&)>& check,
+                          const std::function<void(Row&)>& extra, const Row* tf32 = nullptr) {
+    std::vector<const AlgoSpec*> algos;
+    for (const AlgoSpec* a : AlgorithmsFor(c.op->name, *backend_)) {
+      if (a->backend != "cuda") continue;
+      if (std::find(a->dtypes.begin(), a->dtypes.end(), c.inputs[0].dtype) == a->dtypes.end()) {
+        continue;
+      }
+      algos.push_back(a);
+    }
+    std::vector<Row> done;
+    auto measure = [&](const AlgoSpec& a, std::string label) {
+      Row r;
+      r.op = std::string(c.op->name);
+      r.shape = c.shape;
+      r.dtype = c.dtype;
+      // tensor_core on FLOAT32 inputs runs TF32: label it by the precision it computes in.
+      const bool is_tf32 = c.op->name == "matmul" && a.name == "tensor_core" &&
+                           c.inputs[0].dtype == DType::kFloat32;
+      if (is_tf32) r.dtype = "TF32";
+      r.algorithm = std::move(label);
+      r.bytes = c.cost.bytes;
+      r.flops = c.op->name == "matmul" ? c.cost.flops : 0;
+      Stats st = TimeRuns(
+          stream_, sets, opt_.reps, [&](int set) { return RunTable(a, c, sets, set); },
+          [&] { FinishEnv(); });
+      if (st.reps == 0) return;
+      SetStats(r, st);
+      const Row& an = is_tf32 && tf32 != nullptr ? *tf32 : anchor;
+      r.anchor = an.algorithm;
+      if (an.median_us > 0) {
+        r.ratio = an.median_us / r.median_us;
+      } else if (an.gbps > 0) {
+        r.ratio = r.gbps / an.gbps;
+      }
+      if (extra) extra(r);
+      // The output check, on set 0.
+      if (RunTable(a, c, sets, 0)) {
+        FinishEnv();
+        check(r);
+      }
+      done.push_back(r);
+      report_.rows.push_back(r);
+      Print(r);
+    };
+    for (const AlgoSpec* a : algos) {
+      if (WantAlgo(std::string(a->name))) measure(*a, std::string(a->name));
+    }
+    if (!WantAlgo("auto")) return;
+    auto resolved = ResolveAlgorithm(*c.op, c.inputs, "auto", *backend_);
+    if (!resolved.ok()) {
+      std::fprintf(stderr, "opserve-bench: auto for %s %s: %s\n", c.shape.c_str(), c.dtype.c_str(),
+                   std::string(resolved.status().message()).c_str());
+      return;
+    }
+    const size_t before = done.size();
+    measure(**resolved, absl::StrCat("auto->", (*resolved)->name));
+    if (done.size() == before) return;
+    // auto against the fastest algorithm that computes in the same precision.
+    Row& autorow = report_.rows.back();
+    const Row* best = nullptr;
+    for (size_t i = 0; i < before; ++i) {
+      if (done[i].dtype != autorow.dtype) continue;
+      if (best == nullptr || done[i].median_us < best->median_us) best = &done[i];
+    }
+    if (best != nullptr) {
+      autorow.best = best->algorithm;
+      autorow.vs_best = best->median_us / autorow.median_us;
+      std::printf("    auto vs fastest (%s): %.3f\n", best->algorithm.c_str(), autorow.vs_best);
+    }
+  }
+
+  static void Print(const Row& r) {
+    std::printf("  %-9s %-15s %-8s %-26s %10.1f us %8.1f GB/s %7.2f TF/s  ratio %.3f %s\n",
+                r.op.c_str(), r.shape.c_str(), r.dtype.c_str(), r.algorithm.c_str(), r.median_us,
+                r.gbps, r.tflops, r.ratio, r.error_ok ? "" : "  OUTPUT CHECK FAILED");
+    std::fflush(stdout);
+  }
+
+  Options opt_;
+  Backend* backend_;
+  ExecEnv* env_;
+  cudaStream_t stream_;
+  Blas blas_;
+  Report report_;
+};
+
+// ---- Targets (issue 4), read off the rows. ----
+
+const Row* Find(const Report& rep, const std::string& op, const std::string& shape,
+                const std::string& dtype, const std::string& algo) {
+  for (const Row& r : rep.rows) {
+    if (r.op == op && r.shape == shape && r.dtype == dtype && r.algorithm == algo) return &r;
+  }
+  return nullptr;
+}
+const Row* FindAuto(const Report& rep, const std::string& op, const std::string& shape,
+                    const std::string& dtype) {
+  for (const Row& r : rep.rows) {
+    if (r.op == op && r.shape == shape && r.dtype == dtype && r.algorithm.rfind("auto->", 0) == 0) {
+      return &r;
+    }
+  }
+  return nullptr;
+}
+
+void AddTargets(Report& rep) {
+  auto add = [&](std::string what, std::string measured, bool holds) {
+    rep.targets.push_back({std::move(what), std::move(measured), holds});
+  };
+  for (const char* d : {"INT32", "FLOAT32"}) {
+    const Row* best = nullptr;
+    for (const Row& r : rep.rows) {
+      if (r.op == "sum" && r.shape == "2^30" && r.dtype == d && !r.is_anchor &&
+          r.algorithm.rfind("auto->", 0) != 0 && (best == nullptr || r.ratio > best->ratio)) {
+        best = &r;
+      }
+    }
+    if (best) {
+      add(absl::StrCat("sum 2^30 ", d, ": best >= 1.00x CUB"),
+          absl::StrFormat("%s %.3fx (%.0f GB/s)", best->algorithm, best->ratio, best->gbps),
+          best->ratio >= 1.0);
+    }
+  }
+  for (const Row& r : rep.rows) {
+    if (r.op != "row_mean" || r.algorithm.rfind("auto->", 0) != 0) continue;
+    add(absl::StrCat("row_mean ", r.shape, ": auto >= 1.00x CUB segmented"),
+        absl::StrFormat("%s %.3fx", r.algorithm, r.ratio), r.ratio >= 1.0);
+    if (r.bytes >= (64ull << 20)) {
+      add(absl::StrCat("row_mean ", r.shape, ": auto >= 0.90x read stream"),
+          absl::StrFormat("%.3fx (%.0f GB/s)", r.ratio2, r.gbps), r.ratio2 >= 0.90);
+    }
+    if (r.shape == "10x2048") {
+      add("row_mean 10x2048: auto <= 6 us", absl::StrFormat("%.2f us", r.median_us),
+          r.median_us <= 6.0);
+    }
+  }
+  for (const char* s : {"16384x16384", "32768x32768"}) {
+    const Row* best = nullptr;
+    for (const Row& r : rep.rows) {
+      if (r.op == "transpose" && r.shape == s && r.algorithm.rfind("auto->", 0) != 0 &&
+          (best == nullptr || r.ratio > best->ratio)) {
+        best = &r;
+      }
+    }
+    if (best) {
+      add(absl::StrCat("transpose ", s, ": best >= 0.95x D2D copy"),
+          absl::StrFormat("%s %.3fx (%.0f GB/s)", best->algorithm, best->ratio, best->gbps),
+          best->ratio >= 0.95);
+    }
+  }
+  if (const Row* r = Find(rep, "matmul", "4096x4096x4096", "FLOAT32", "block_tiled_vectorized")) {
+    add("matmul 4096^3: block_tiled_vectorized >= 0.60x cuBLAS SGEMM",
+        absl::StrFormat("%.3fx (%.1f TFLOP/s)", r->ratio, r->tflops), r->ratio >= 0.60);
+  }
+  if (const Row* r = Find(rep, "matmul", "4096x4096x4096", "TF32", "tensor_core")) {
+    add("matmul 4096^3: tensor_core TF32 >= 0.50x cuBLAS TF32",
+        absl::StrFormat("%.3fx (%.1f TFLOP/s)", r->ratio, r->tflops), r->ratio >= 0.50);
+  }
+  if (const Row* r = Find(rep, "matmul", "4096x4096x4096", "BFLOAT16", "tensor_core")) {
+    add("matmul 4096^3: tensor_core BF16 >= 0.50x cuBLAS BF16",
+        absl::StrFormat("%.3fx (%.1f TFLOP/s)", r->ratio, r->tflops), r->ratio >= 0.50);
+  }
+  for (const Row& r : rep.rows) {
+    if (r.algorithm.rfind("auto->", 0) != 0 || r.best.empty()) continue;
+    add(absl::StrCat(r.op, " ", r.shape, " ", r.dtype, ": auto within 5% of the fastest"),
+        absl::StrFormat("%s %.3f of %s", r.algorithm, r.vs_best, r.best), r.vs_best >= 0.95);
+  }
+  const ServiceFigures& s = rep.service;
+  if (s.ran) {
+    add("service: Execute p50 - kernel <= 1.5x health p50",
+        absl::StrFormat("%.1f us vs 1.5 x %.1f = %.1f us", s.overhead_p50_us, s.health_p50_us,
+                        1.5 * s.health_p50_us),
+        s.overhead_p50_us <= 1.5 * s.health_p50_us);
+    add("service: PutTensor 1 GiB >= 1.5 GB/s", absl::StrFormat("%.2f GB/s", s.put_gbps),
+        s.put_gbps >= 1.5);
+    add("service: GetTensor 1 GiB >= 1.5 GB/s", absl::StrFormat("%.2f GB/s", s.get_gbps),
+        s.get_gbps >= 1.5);
+  }
+}
+
+std::set<std::string> SplitSet(const std::string& s) {
+  std::set<std::string> out;
+  for (absl::string_view p : absl::StrSplit(s, ',', absl::SkipEmpty())) out.emplace(p);
+  return out;
+}
+
+Options ParseArgs(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto val = [&](const char* key) -> const char* {
+      const size_t n = std::strlen(key);
+      return a.compare(0, n, key) == 0 ? a.c_str() + n : nullptr;
+    };
+    if (const char* v = val("--ops=")) {
+      o.ops = SplitSet(v);
+    } else if (a == "--service") {
+      o.ops = {"service"};
+    } else if (a == "--quick") {
+      o.quick = true;
+    } else if (const char* v = val("--out=")) {
+      o.out_dir = v;
+    } else if (const char* v = val("--reps=")) {
+      o.reps = std::max(kMinReps, std::atoi(v));
+    } else if (const char* v = val("--algos=")) {
+      o.algos = SplitSet(v);
+    } else if (const char* v = val("--shapes=")) {
+      o.shapes = SplitSet(v);
+    } else if (a == "--transpose-sweep") {
+      o.transpose_sweep = true;
+    } else if (const char* v = val("--opserve=")) {
+      o.opserve_bin = v;
+    } else if (a == "--help" || a == "-h") {
+      std::printf(
+          "opserve-bench [--ops=sum,row_mean,transpose,matmul,service] [--service] [--quick]\n"
+          "              [--out=DIR] [--reps=N>=20] [--algos=a,b,auto] [--shapes=LABEL,...]\n"
+          "              [--opserve=PATH] [--transpose-sweep]\n");
+      std::exit(0);
+    } else {
+      Die(absl::StrCat("unknown argument ", a, " (--help lists them)"));
+    }
+  }
+  return o;
+}
+
+std::string SelfDir() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return ".";
+  std::string p(buf, n);
+  return p.substr(0, p.rfind('/'));
+}
+
+}  // namespace
+}  // namespace opserve::bench
+
+int main(int argc, char** argv) {
+  using namespace opserve;
+  using namespace opserve::bench;
+  Options opt = ParseArgs(argc, argv);
+  Report rep;
+  {
+    std::vector<std::string> args(argv, argv + argc);
+    rep.command = absl::StrJoin(args, " ");
+    char date[64];
+    const std::time_t now = std::time(nullptr);
+    std::strftime(date, sizeof(date), "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&now));
+    rep.date = date;
+  }
+  if (absl::Status s = ProbeCuda(0); !s.ok()) Die(absl::StrCat("no usable GPU: ", s.message()));
+  cudaDeviceProp prop{};
+  Check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  rep.device = absl::StrFormat("%s (sm_%d%d, %d SMs, %d MB L2, %zu MiB)", prop.name, prop.major,
+                               prop.minor, prop.multiProcessorCount, prop.l2CacheSize >> 20,
+                               prop.totalGlobalMem >> 20);
+  std::printf("opserve-bench on %s, %s\n  %s\n", rep.device.c_str(), rep.date.c_str(),
+              rep.command.c_str());
+
+  const bool kernels = opt.ops.count("sum") || opt.ops.count("row_mean") ||
+                       opt.ops.count("transpose") || opt.ops.count("matmul") ||
+                       opt.transpose_sweep;
+  if (kernels) {
+    // The server's own backend and execution context: the table rows run exactly as they do
+    // inside opserve (scratch from the stream-ordered pool, the worker's stream and cuBLAS handle).
+    auto backend = MakeCudaBackend(0, 0);
+    if (!backend.ok()) Die(std::string(backend.status().message()));
+    auto env = (*backend)->NewExecEnv();
+    if (!env.ok()) Die(std::string(env.status().message()));
+    Bench bench(opt, backend->get(), env->get());
+    std::printf("ceilings\n");
+    bench.Ceilings();
+    if (opt.transpose_sweep) bench.TransposeSweep(opt.out_dir);
+    if (opt.ops.count("sum")) bench.Sum();
+    if (opt.ops.count("row_mean")) bench.RowMean();
+    if (opt.ops.count("transpose")) bench.Transpose();
+    if (opt.ops.count("matmul")) bench.Matmul();
+    Report& r = bench.report();
+    rep.rows = std::move(r.rows);
+    rep.copy_gbps = r.copy_gbps;
+    rep.stream_gbps = r.stream_gbps;
+  }
+  if (opt.ops.count("service")) {
+#if OPSERVE_BENCH_SERVICE
+    ServiceOptions so;
+    so.opserve_bin = opt.opserve_bin;
+    if (so.opserve_bin.empty()) {
+      const std::string beside = SelfDir() + "/opserve";
+      so.opserve_bin = access(beside.c_str(), X_OK) == 0 ? beside : OPSERVE_BIN_DEFAULT;
+    }
+    std::printf("service path over loopback gRPC (%s)\n", so.opserve_bin.c_str());
+    std::fflush(stdout);
+    rep.service = RunServiceBench(so);
+#else
+    rep.service.error = "built without the client library";
+#endif
+  }
+  AddTargets(rep);
+  PrintReport(rep);
+  // A sweep run writes only its own transpose_sweep.csv.
+  if (!opt.out_dir.empty() && !opt.transpose_sweep && !WriteReport(rep, opt.out_dir)) return 1;
+  return 0;
+}

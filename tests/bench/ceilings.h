@@ -1,0 +1,50 @@
+// The ceilings opserve-bench measures in the same run as the kernels (ceilings.cu): the
+// device-to-device copy, a float4 read-only stream, cub::DeviceReduce::Sum,
+// cub::DeviceSegmentedReduce::Sum, and cuBLAS SGEMM (pedantic FP32), TF32 and BF16.
+// Plain C++ header: device pointers, sizes, an explicit stream last, cudaError_t back.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace opserve::bench {
+
+// cudaMemcpyAsync device to device; the bandwidth counts bytes read plus bytes written.
+cudaError_t CopyD2D(void* d_dst, const void* d_src, size_t bytes, cudaStream_t stream);
+
+// Reads n floats (n a multiple of 4, 16-byte aligned) as float4 through the read-only path and
+// writes nothing unless the sum hits an impossible value (so the loads cannot be dropped).
+cudaError_t ReadStream(const float* d_in, int64_t n, float* d_sink, cudaStream_t stream);
+
+// cub::DeviceReduce::Sum, two-phase temp as CUB's own (d_temp == nullptr: size query).
+// int32 input accumulates into the int64 output.
+cudaError_t CubReduceSum(void* d_temp, size_t* temp_bytes, const float* d_in, float* d_out,
+                         int64_t n, cudaStream_t stream);
+cudaError_t CubReduceSum(void* d_temp, size_t* temp_bytes, const int32_t* d_in, int64_t* d_out,
+                         int64_t n, cudaStream_t stream);
+
+// cub::DeviceSegmentedReduce::Sum over the rows of a row-major [rows, cols] float matrix.
+cudaError_t CubSegmentedSum(void* d_temp, size_t* temp_bytes, const float* d_in, float* d_out,
+                            int64_t rows, int64_t cols, cudaStream_t stream);
+
+// cuBLAS for row-major C[M,N] = A[M,K] x B[K,N] with float32 C.
+class Blas {
+ public:
+  enum class Precision { kFp32Pedantic, kTf32, kBf16 };
+  Blas() = default;
+  ~Blas();
+  Blas(const Blas&) = delete;
+  Blas& operator=(const Blas&) = delete;
+  cudaError_t Init(cudaStream_t stream);  // cudaErrorUnknown when cuBLAS fails
+  // kFp32Pedantic and kTf32 take float A and B; kBf16 takes bf16 bits.
+  cudaError_t Gemm(Precision precision, const void* d_a, const void* d_b, float* d_c, int64_t m,
+                   int64_t n, int64_t k);
+
+ private:
+  void* pedantic_ = nullptr;  // cublasHandle_t in CUBLAS_PEDANTIC_MATH: SGEMM in full FP32
+  void* fast_ = nullptr;      // cublasHandle_t in the default math mode: GemmEx TF32 / BF16
+};
+
+}  // namespace opserve::bench

@@ -1,0 +1,22 @@
+// The service path of opserve-bench: the real `opserve` on loopback, driven through the client
+// library (service_bench.cc).
+#pragma once
+
+#include <string>
+
+#include "tests/bench/bench.h"
+
+namespace opserve::bench {
+
+struct ServiceOptions {
+  std::string opserve_bin;
+  int executes = 1000;       // timed Execute calls (and as many Health/Check calls, interleaved)
+  int warmups = 40;
+  int transfer_reps = 3;     // PutTensor / GetTensor of 1 GiB
+};
+
+// Starts opserve (--device=cuda --port=0 on 127.0.0.1), measures, stops it. Errors land in
+// ServiceFigures::error with ran = false.
+ServiceFigures RunServiceBench(const ServiceOptions& options);
+
+}  // namespace opserve::bench
