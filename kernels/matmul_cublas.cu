@@ -7,8 +7,7 @@
 //             default mode, which keeps full FP32 (no TF32 tensor cores).
 //   BFLOAT16: cublasGemmEx with bf16 inputs, float32 output and CUBLAS_COMPUTE_32F.
 // The _64 entry points take int64 sizes, so no dimension is truncated.
-#include <cublas_v2.h>
-
+#include "kernels/cublas_loader.h"
 #include "kernels/matmul.h"
 
 namespace opserve::kernels {
@@ -26,9 +25,9 @@ cudaError_t ToCudaError(cublasStatus_t status) {
 // (PERFORMANCE.md). Kept because the reset it avoids is useless work.
 cudaError_t UseStream(cublasHandle_t handle, cudaStream_t stream) {
   cudaStream_t current = nullptr;
-  if (cublasGetStream(handle, &current) != CUBLAS_STATUS_SUCCESS) return cudaErrorUnknown;
+  if (Cublas()->get_stream(handle, &current) != CUBLAS_STATUS_SUCCESS) return cudaErrorUnknown;
   if (current == stream) return cudaSuccess;
-  return ToCudaError(cublasSetStream(handle, stream));
+  return ToCudaError(Cublas()->set_stream(handle, stream));
 }
 
 }  // namespace
@@ -36,23 +35,25 @@ cudaError_t UseStream(cublasHandle_t handle, cudaStream_t stream) {
 cudaError_t MatmulCublas(void* cublas_handle, const float* d_a, const float* d_b, float* d_c,
                          int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
   if (m <= 0 || n <= 0) return cudaSuccess;
+  if (Cublas() == nullptr || cublas_handle == nullptr) return cudaErrorSharedObjectInitFailed;
   auto handle = static_cast<cublasHandle_t>(cublas_handle);
   if (const cudaError_t err = UseStream(handle, stream); err != cudaSuccess) return err;
   const float alpha = 1.0f;
   const float beta = 0.0f;
   // cuBLAS's (A, B) are our (B, A).
-  return ToCudaError(cublasSgemm_64(handle, CUBLAS_OP_N, CUBLAS_OP_N, /*m=*/n, /*n=*/m, k, &alpha,
+  return ToCudaError(Cublas()->sgemm_64(handle, CUBLAS_OP_N, CUBLAS_OP_N, /*m=*/n, /*n=*/m, k, &alpha,
                                     d_b, /*lda=*/n, d_a, /*ldb=*/k, &beta, d_c, /*ldc=*/n));
 }
 
 cudaError_t MatmulCublas(void* cublas_handle, const bf16_bits* d_a, const bf16_bits* d_b,
                          float* d_c, int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
   if (m <= 0 || n <= 0) return cudaSuccess;
+  if (Cublas() == nullptr || cublas_handle == nullptr) return cudaErrorSharedObjectInitFailed;
   auto handle = static_cast<cublasHandle_t>(cublas_handle);
   if (const cudaError_t err = UseStream(handle, stream); err != cudaSuccess) return err;
   const float alpha = 1.0f;
   const float beta = 0.0f;
-  return ToCudaError(cublasGemmEx_64(handle, CUBLAS_OP_N, CUBLAS_OP_N, /*m=*/n, /*n=*/m, k, &alpha,
+  return ToCudaError(Cublas()->gemm_ex_64(handle, CUBLAS_OP_N, CUBLAS_OP_N, /*m=*/n, /*n=*/m, k, &alpha,
                                      d_b, CUDA_R_16BF, /*lda=*/n, d_a, CUDA_R_16BF, /*ldb=*/k,
                                      &beta, d_c, CUDA_R_32F, /*ldc=*/n, CUBLAS_COMPUTE_32F,
                                      CUBLAS_GEMM_DEFAULT));

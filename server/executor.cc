@@ -137,6 +137,13 @@ absl::Status ExecutePlan(const Plan& plan, const ExecuteContext& ctx,
       overwrite.push_back(st.overwrite);
     }
   }
+  // The stored outputs' infos still follow: allow for them, then commit.
+  const uint64_t response_bytes = response->ByteSizeLong() + 512 * to_store.size();
+  if (response_bytes > ctx.max_response_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the response would be ", response_bytes, " bytes, over the limit of ",
+        ctx.max_response_bytes, " (--max_message_bytes); store the outputs and use GetTensor"));
+  }
   if (!to_store.empty()) {
     RETURN_IF_ERROR(ctx.store->InsertAll(to_store, overwrite, plan.ns));
     for (const StoredTensorPtr& t : to_store) {

@@ -20,6 +20,8 @@ struct ExecuteContext {
   std::function<absl::Status()> check_alive;
   // Test builds: "op/algorithm" that fails as a faulty kernel would (--test_fail_algorithm).
   std::string fail_algorithm;
+  // The response must fit one gRPC message: checked before anything is stored.
+  uint64_t max_response_bytes = UINT64_MAX;
 };
 
 // Fills `response` (outputs, per-node results, and the input/compute/output timings).

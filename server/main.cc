@@ -94,7 +94,8 @@ int Run() {
   options.limits.max_tensor_bytes =
       absl::GetFlag(FLAGS_max_tensor_bytes) ? absl::GetFlag(FLAGS_max_tensor_bytes) : budget;
   options.limits.max_graph_nodes = absl::GetFlag(FLAGS_max_graph_nodes);
-  options.limits.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  // gRPC counts message sizes in an int.
+  options.limits.max_message_bytes = std::min<uint64_t>(absl::GetFlag(FLAGS_max_message_bytes), INT32_MAX);
   options.default_chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
   if (!absl::GetFlag(FLAGS_auth_tokens_file).empty()) {
     auto tokens = LoadTokens(absl::GetFlag(FLAGS_auth_tokens_file));
@@ -134,13 +135,16 @@ int Run() {
   OpServeService service(*backend, store, **worker, metrics.get(), options);
   service.UpdateStoreGauges();
 
+  // Before the server starts: a supervisor may signal the moment it sees the listening line.
+  signal(SIGTERM, OnSignal);
+  signal(SIGINT, OnSignal);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port)),
                            *credentials, &port);
-  const int max_message = static_cast<int>(std::min<uint64_t>(options.limits.max_message_bytes, INT32_MAX));
+  const int max_message = static_cast<int>(options.limits.max_message_bytes);
   // A 64 MiB HTTP/2 stream window: uploads of large tensors stop waiting on window updates
   // (client/TUNING.md).
   builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 20);
@@ -160,8 +164,6 @@ int Run() {
   });
   std::cerr << "opserve: listening on " << absl::GetFlag(FLAGS_host) << ":" << port << std::endl;
 
-  signal(SIGTERM, OnSignal);
-  signal(SIGINT, OnSignal);
   while (g_signal.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
 
   // Drain: refuse new calls, let those in flight finish, then stop the worker.

@@ -10,6 +10,9 @@
 namespace opserve {
 namespace {
 
+// Ids come back in every NodeResult and error message: keep them short.
+constexpr size_t kMaxNodeIdBytes = 256;
+
 std::string Quote(absl::string_view s) { return absl::StrCat("'", s, "'"); }
 
 // Prefixes a status message with the node it is about, keeping the code.
@@ -40,6 +43,12 @@ absl::StatusOr<AttrMap> ConvertAttrs(const v1::Node& node, const OpSpec& op) {
 }
 
 }  // namespace
+
+uint64_t ResponseOverheadBytes(int num_nodes, size_t num_returned) {
+  // Generous per-item bounds on the serialized framing: a NodeResult holds an id, op and
+  // algorithm name (each at most a few hundred bytes in practice), a shape and 6 numbers.
+  return 4096 + 1024 * static_cast<uint64_t>(num_nodes) + 512 * static_cast<uint64_t>(num_returned);
+}
 
 absl::StatusOr<TensorMeta> MetaFromProto(int dtype,
                                          const google::protobuf::RepeatedField<int64_t>& shape,
@@ -88,6 +97,10 @@ absl::StatusOr<Plan> BuildPlan(const v1::ExecuteRequest& request, const Backend&
   for (int i = 0; i < num_nodes; ++i) {
     const std::string& id = request.nodes(i).id();
     if (id.empty()) return absl::InvalidArgumentError(absl::StrCat("node ", i, " has an empty id"));
+    if (id.size() > kMaxNodeIdBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("node ", i, " has an id of ", id.size(),
+                                                     " bytes; ids need at most ", kMaxNodeIdBytes));
+    }
     if (!id_index.emplace(id, i).second) {
       return absl::InvalidArgumentError(absl::StrCat("duplicate node id ", Quote(id)));
     }
@@ -208,6 +221,7 @@ absl::StatusOr<Plan> BuildPlan(const v1::ExecuteRequest& request, const Backend&
 
   // Outputs: what leaves the request, inline or stored.
   uint64_t returned_bytes = 0;
+  std::vector<std::string> returned_ids;
   std::map<std::string, bool, std::less<>> store_names;
   for (const v1::OutputSpec& o : request.outputs()) {
     auto it = id_index.find(o.node());
@@ -223,6 +237,7 @@ absl::StatusOr<Plan> BuildPlan(const v1::ExecuteRequest& request, const Backend&
     if (o.return_inline() && !n.returned) {
       n.returned = true;
       returned_bytes += n.output.Bytes();
+      returned_ids.push_back(Quote(n.id));
     }
     if (!o.store_as().empty()) {
       RETURN_IF_ERROR(CheckTensorName(o.store_as(), absl::StrCat("output of node ", Quote(o.node()))));
@@ -234,10 +249,11 @@ absl::StatusOr<Plan> BuildPlan(const v1::ExecuteRequest& request, const Backend&
       n.store_as.push_back({o.store_as(), o.overwrite()});
     }
   }
-  if (returned_bytes > limits.max_message_bytes) {
+  if (returned_bytes + ResponseOverheadBytes(num_nodes, returned_ids.size()) > limits.max_message_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "returned outputs total ", returned_bytes, " bytes, over the response limit of ",
-        limits.max_message_bytes, " (--max_message_bytes); store them and use GetTensor"));
+        "the outputs of node(s) ", absl::StrJoin(returned_ids, ", "), " total ", returned_bytes,
+        " bytes, which with the response's framing exceeds the limit of ", limits.max_message_bytes,
+        " bytes (--max_message_bytes); store them and use GetTensor"));
   }
   return plan;
 }

@@ -61,6 +61,9 @@ absl::StatusOr<Plan> BuildPlan(const v1::ExecuteRequest& request, const Backend&
                                const TensorStore& store, const Limits& limits,
                                const std::string& ns = "");
 
+// An upper bound on what an ExecuteResponse adds to its returned tensors' bytes.
+uint64_t ResponseOverheadBytes(int num_nodes, size_t num_returned);
+
 // Converts a proto dtype + shape to TensorMeta and checks it (CheckMeta).
 absl::StatusOr<TensorMeta> MetaFromProto(int dtype, const google::protobuf::RepeatedField<int64_t>& shape,
                                          uint64_t max_bytes, absl::string_view what);

@@ -164,7 +164,7 @@ grpc::ServerUnaryReactor* OpServeService::Execute(grpc::CallbackServerContext* c
     absl::Status s = CheckAlive(ctx);
     if (s.ok()) {
       ExecuteContext ec{&backend_, &env, &store_, metrics_, [ctx] { return CheckAlive(ctx); },
-                        options_.fail_algorithm};
+                        options_.fail_algorithm, options_.limits.max_message_bytes};
       s = ExecutePlan(*shared_plan, ec, resp);
     }
     resp->mutable_timing()->set_queue_us(queue_us);

@@ -1,6 +1,5 @@
 #include "server/cuda/cuda_backend.h"
 
-#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #include <cstring>
@@ -8,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cublas_loader.h"
 #include "kernels/test_fault.h"
 #include "server/cuda/launch.h"
 #include "server/cuda/pinned_pool.h"
@@ -282,7 +282,7 @@ class CudaExecEnv final : public ExecEnv {
       cudaEventDestroy(a);
       cudaEventDestroy(b);
     }
-    if (blas_) cublasDestroy(blas_);
+    kernels::CublasDestroyHandle(blas_);
     backend_->set_compute_stream(nullptr);
     if (stream_) cudaStreamDestroy(stream_);
   }
@@ -290,12 +290,8 @@ class CudaExecEnv final : public ExecEnv {
   absl::Status Init() {
     RETURN_IF_ERROR(FromCuda(cudaSetDevice(backend_->device_index()), "cudaSetDevice"));
     RETURN_IF_ERROR(FromCuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream"));
-    if (cublasCreate(&blas_) != CUBLAS_STATUS_SUCCESS) {
-      return absl::InternalError("cublasCreate failed");
-    }
-    if (cublasSetStream(blas_, stream_) != CUBLAS_STATUS_SUCCESS) {
-      return absl::InternalError("cublasSetStream failed");
-    }
+    blas_ = kernels::CublasCreateHandle(stream_);
+    if (blas_ == nullptr) return absl::InternalError("cuBLAS: no handle (see the log for why)");
     backend_->set_compute_stream(stream_);
     return absl::OkStatus();
   }
@@ -351,7 +347,7 @@ class CudaExecEnv final : public ExecEnv {
 
   CudaBackend* backend_;
   cudaStream_t stream_ = nullptr;
-  cublasHandle_t blas_ = nullptr;
+  void* blas_ = nullptr;  // a cublasHandle_t
   std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events_;
   std::vector<BufferPtr> scratch_;
 };

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -67,6 +68,9 @@ struct Case {
   Shape shape;
   std::string name;
 };
+
+// ctest lists parameters by name, not as bytes.
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 std::vector<Case> AllCases() {
   std::vector<Case> cases;

@@ -24,6 +24,7 @@ import collections
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -255,10 +256,26 @@ def main():
         import grpc  # python3-grpcio
         pb, pb_grpc = generate_stubs(tools, args.proto_root, os.path.join(work, "gen"))
 
-        grpc_port, metrics_port, prom_port = free_port(), free_port(), free_port()
-        procs.start("opserve", [args.opserve, "--host=127.0.0.1", f"--port={grpc_port}",
-                                f"--metrics_port={metrics_port}", "--device=cpu"],
-                    os.path.join(work, "opserve.log"))
+        # The server picks its own ports (0) and logs them: no window for another process
+        # to take a port between our choosing it and the server binding it.
+        opserve_log = os.path.join(work, "opserve.log")
+        procs.start("opserve", [args.opserve, "--host=127.0.0.1", "--port=0", "--metrics_port=0",
+                                "--device=cpu"], opserve_log)
+        ports = {}
+
+        def logged_ports():
+            procs.check_alive()
+            with open(opserve_log, errors="replace") as f:
+                for line in f:
+                    m = re.match(r"opserve: listening on .*:(\d+)$", line.strip())
+                    if m:
+                        ports["grpc"] = int(m.group(1))
+                    m = re.match(r"opserve: metrics on port (\d+)", line.strip())
+                    if m:
+                        ports["metrics"] = int(m.group(1))
+            return len(ports) == 2
+        wait_for("opserve's ports in its log", logged_ports, time.monotonic() + 30)
+        grpc_port, metrics_port, prom_port = ports["grpc"], ports["metrics"], free_port()
         channel = grpc.insecure_channel(f"127.0.0.1:{grpc_port}")
         stub = pb_grpc.OpServeStub(channel)
 

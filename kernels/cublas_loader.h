@@ -1,0 +1,31 @@
+// cuBLAS, loaded on first use with dlopen instead of linked.
+//
+// Why: libcublasLt's load-time initialisation breaks civetweb's mg_start in the same process
+// (prometheus-cpp's exposer then fails with "null context when constructing CivetServer"; seen
+// with LD_PRELOAD of libcublasLt.so.13 alone into a CPU-only server). Loading cuBLAS only when
+// the CUDA worker makes its handle keeps /metrics working, and a server on a machine without a
+// GPU never touches cuBLAS at all.
+#pragma once
+
+#include <cublas_v2.h>
+
+namespace opserve::kernels {
+
+struct CublasApi {
+  decltype(&cublasCreate_v2) create;
+  decltype(&cublasDestroy_v2) destroy;
+  decltype(&cublasSetStream_v2) set_stream;
+  decltype(&cublasGetStream_v2) get_stream;
+  decltype(&cublasSgemm_v2_64) sgemm_64;
+  decltype(&cublasGemmEx_64) gemm_ex_64;
+};
+
+// The entry points, or nullptr when libcublas.so.13 cannot be loaded (the reason goes to stderr
+// once). Thread-safe; loads at most once.
+const CublasApi* Cublas();
+
+// A handle bound to `stream`, or nullptr on failure. Destroy it with CublasDestroyHandle.
+void* CublasCreateHandle(cudaStream_t stream);
+void CublasDestroyHandle(void* handle);
+
+}  // namespace opserve::kernels

@@ -1,0 +1,185 @@
+#include "tests/e2e/e2e_fixture.h"
+
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+
+#include <cstring>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+
+namespace opserve::e2e {
+
+using ::testing::AssertionFailure;
+using ::testing::AssertionResult;
+using ::testing::AssertionSuccess;
+
+void OpserveTest::SetUp() { Restart(ExtraFlags()); }
+
+void OpserveTest::Restart(const std::vector<std::string>& extra) {
+  stub_.reset();
+  client_.reset();
+  server_.reset();
+  std::vector<std::string> flags = {"--host=127.0.0.1", "--port=0", "--metrics_port=-1",
+                                    "--device=cpu"};
+  flags.insert(flags.end(), extra.begin(), extra.end());
+  auto server = ServerProcess::Start(OpserveBinary(), flags);
+  ASSERT_TRUE(server.ok()) << server.status();
+  server_ = *std::move(server);
+
+  client::ClientOptions options;
+  options.target = server_->target();
+  options.timeout = absl::Seconds(60);  // no call in these tests may hang the suite
+  auto c = client::Client::Connect(options);
+  ASSERT_TRUE(c.ok()) << c.status();
+  client_ = *std::move(c);
+  stub_ = v1::OpServe::NewStub(
+      grpc::CreateChannel(server_->target(), grpc::InsecureChannelCredentials()));
+}
+
+void OpserveTest::TearDown() {
+  // A sanitizer build of the server reports problems on its output without always exiting.
+  if (server_) {
+    const std::string output = server_->Output();
+    for (const char* report : {"runtime error:", "ERROR: AddressSanitizer", "ERROR: LeakSanitizer",
+                               "WARNING: ThreadSanitizer"}) {
+      EXPECT_EQ(output.find(report), std::string::npos) << "the server reported: " << report;
+    }
+  }
+  if (HasFailure() && server_) {
+    std::cerr << "---- opserve output ----\n" << server_->Output() << "------------------------\n";
+  }
+  stub_.reset();
+  client_.reset();
+  server_.reset();
+}
+
+AssertionResult OpserveTest::Serving() {
+  absl::StatusOr<bool> serving = client_->HealthServing({absl::Seconds(10)});
+  if (!serving.ok()) return AssertionFailure() << "health check failed: " << serving.status();
+  if (!*serving) return AssertionFailure() << "health is not SERVING";
+  if (!server_->Alive()) return AssertionFailure() << "the server process exited";
+  return AssertionSuccess();
+}
+
+AssertionResult StatusIs(const absl::Status& s, absl::StatusCode code,
+                         std::initializer_list<std::string> fragments) {
+  if (s.code() != code) {
+    return AssertionFailure() << "code " << absl::StatusCodeToString(s.code()) << ", expected "
+                              << absl::StatusCodeToString(code) << " (message: " << s.message()
+                              << ")";
+  }
+  for (const std::string& f : fragments) {
+    if (s.message().find(f) == absl::string_view::npos) {
+      return AssertionFailure() << absl::StatusCodeToString(code) << " as expected, but \""
+                                << s.message() << "\" does not mention \"" << f << "\"";
+    }
+  }
+  return AssertionSuccess();
+}
+
+client::HostTensor RandomTensor(v1::DType dtype, std::vector<int64_t> shape, std::mt19937_64& rng) {
+  client::HostTensor t;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  t.data.resize(*client::ByteSize(dtype, t.shape));
+  size_t i = 0;
+  for (; i + 8 <= t.data.size(); i += 8) {
+    const uint64_t r = rng();
+    std::memcpy(&t.data[i], &r, 8);
+  }
+  for (; i < t.data.size(); ++i) t.data[i] = static_cast<char>(rng());
+  return t;
+}
+
+client::HostTensor F32(std::vector<int64_t> shape, const std::vector<float>& values) {
+  client::HostTensor t;
+  t.dtype = v1::FLOAT32;
+  t.shape = std::move(shape);
+  t.data.assign(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+  return t;
+}
+
+std::vector<float> Floats(const std::string& bytes) {
+  std::vector<float> v(bytes.size() / sizeof(float));
+  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
+  return v;
+}
+
+StoreSnapshot Snapshot(client::Client& c) {
+  StoreSnapshot s;
+  auto list = c.ListTensors();
+  EXPECT_TRUE(list.ok()) << list.status();
+  if (!list.ok()) return s;
+  for (const v1::TensorInfo& info : *list) {
+    s.info[info.name()] = info.SerializeAsString();
+    auto t = c.GetTensor(info.name());
+    EXPECT_TRUE(t.ok()) << info.name() << ": " << t.status();
+    if (t.ok()) s.bytes[info.name()] = t->data;
+  }
+  return s;
+}
+
+AssertionResult SameStore(const StoreSnapshot& before, const StoreSnapshot& after) {
+  for (const auto& [name, info] : before.info) {
+    auto it = after.info.find(name);
+    if (it == after.info.end()) return AssertionFailure() << "tensor '" << name << "' is gone";
+    if (it->second != info) return AssertionFailure() << "tensor '" << name << "' changed its info";
+    if (after.bytes.at(name) != before.bytes.at(name)) {
+      return AssertionFailure() << "tensor '" << name << "' changed its bytes";
+    }
+  }
+  for (const auto& [name, info] : after.info) {
+    if (before.info.count(name) == 0) {
+      return AssertionFailure() << "tensor '" << name << "' appeared";
+    }
+  }
+  return AssertionSuccess();
+}
+
+v1::Node* AddNode(v1::ExecuteRequest& r, const std::string& id, const std::string& op,
+                  const std::vector<In>& inputs, const std::string& algorithm) {
+  v1::Node* n = r.add_nodes();
+  n->set_id(id);
+  n->set_op(op);
+  n->set_algorithm(algorithm);
+  for (const In& in : inputs) {
+    v1::Input* i = n->add_inputs();
+    switch (in.kind) {
+      case In::kStored:
+        i->set_stored(in.name);
+        break;
+      case In::kInline:
+        i->set_inline_name(in.name);
+        break;
+      case In::kNode:
+        i->set_node(in.name);
+        break;
+    }
+  }
+  return n;
+}
+
+void AddInline(v1::ExecuteRequest& r, const std::string& name, v1::DType dtype,
+               const std::vector<int64_t>& shape, int64_t bytes) {
+  v1::Tensor& t = (*r.mutable_inline_tensors())[name];
+  t.set_dtype(dtype);
+  t.mutable_shape()->Add(shape.begin(), shape.end());
+  const uint64_t want = client::ByteSize(dtype, shape).value_or(0);
+  t.set_data(std::string(bytes >= 0 ? static_cast<uint64_t>(bytes) : want, '\0'));
+}
+
+void AddInline(v1::ExecuteRequest& r, const std::string& name, const client::HostTensor& t) {
+  (*r.mutable_inline_tensors())[name] = client::ToProto(t);
+}
+
+void AddOutput(v1::ExecuteRequest& r, const std::string& node, bool return_inline,
+               const std::string& store_as, bool overwrite) {
+  v1::OutputSpec* o = r.add_outputs();
+  o->set_node(node);
+  o->set_return_inline(return_inline);
+  o->set_store_as(store_as);
+  o->set_overwrite(overwrite);
+}
+
+}  // namespace opserve::e2e

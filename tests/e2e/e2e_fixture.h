@@ -1,0 +1,86 @@
+// The end-to-end fixture: a fresh `opserve --device=cpu` per test on 127.0.0.1 and a free port,
+// a client library connection to it, and helpers to build requests and compare store contents.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <initializer_list>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "client/opserve_client.h"
+#include "opserve/v1/opserve.grpc.pb.h"
+#include "tests/e2e/server_process.h"
+
+namespace opserve::e2e {
+
+class OpserveTest : public ::testing::Test {
+ protected:
+  // Flags added to --host=127.0.0.1 --port=0 --metrics_port=-1 --device=cpu.
+  virtual std::vector<std::string> ExtraFlags() const { return {}; }
+
+  void SetUp() override;
+  void TearDown() override;
+
+  // Stops the current server (SIGKILL) and starts another with `extra` flags.
+  void Restart(const std::vector<std::string>& extra);
+
+  client::Client& client() { return *client_; }
+  ServerProcess& server() { return *server_; }
+  // The generated stub, for streams the client library refuses to send (malformed uploads).
+  v1::OpServe::Stub& stub() { return *stub_; }
+
+  // Health SERVING over gRPC, and the process still running.
+  ::testing::AssertionResult Serving();
+
+  std::mt19937_64 rng_{std::random_device{}()};
+
+ private:
+  std::unique_ptr<ServerProcess> server_;
+  std::unique_ptr<client::Client> client_;
+  std::unique_ptr<v1::OpServe::Stub> stub_;
+};
+
+// ---- statuses ----
+
+// The code, and every fragment somewhere in the message.
+::testing::AssertionResult StatusIs(const absl::Status& s, absl::StatusCode code,
+                                    std::initializer_list<std::string> fragments = {});
+
+// ---- tensors ----
+
+client::HostTensor RandomTensor(v1::DType dtype, std::vector<int64_t> shape, std::mt19937_64& rng);
+client::HostTensor F32(std::vector<int64_t> shape, const std::vector<float>& values);
+std::vector<float> Floats(const std::string& bytes);
+
+// Every stored tensor's info and bytes, to show that a failed request changed nothing.
+struct StoreSnapshot {
+  std::map<std::string, std::string> info;   // name -> TensorInfo, serialized
+  std::map<std::string, std::string> bytes;  // name -> data
+};
+StoreSnapshot Snapshot(client::Client& c);
+::testing::AssertionResult SameStore(const StoreSnapshot& before, const StoreSnapshot& after);
+
+// ---- Execute requests ----
+
+struct In {
+  enum Kind { kStored, kInline, kNode } kind;
+  std::string name;
+};
+inline In Stored(std::string n) { return {In::kStored, std::move(n)}; }
+inline In Inline(std::string n) { return {In::kInline, std::move(n)}; }
+inline In Node(std::string n) { return {In::kNode, std::move(n)}; }
+
+v1::Node* AddNode(v1::ExecuteRequest& r, const std::string& id, const std::string& op,
+                  const std::vector<In>& inputs, const std::string& algorithm = "");
+// An inline tensor of zeros with the right byte count, or with `bytes` when given.
+void AddInline(v1::ExecuteRequest& r, const std::string& name, v1::DType dtype,
+               const std::vector<int64_t>& shape, int64_t bytes = -1);
+void AddInline(v1::ExecuteRequest& r, const std::string& name, const client::HostTensor& t);
+void AddOutput(v1::ExecuteRequest& r, const std::string& node, bool return_inline,
+               const std::string& store_as = "", bool overwrite = false);
+
+}  // namespace opserve::e2e

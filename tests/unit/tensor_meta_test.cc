@@ -1,0 +1,167 @@
+// CheckMeta and MetaFromProto: the one gate every client-supplied dtype and shape passes
+// (PutTensor headers, inline tensors, node outputs). Rank 0..4, every dimension >= 1, a known
+// dtype, and a byte count that neither overflows 64 bits nor exceeds the limit.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "server/plan.h"
+#include "server/tensor.h"
+
+namespace opserve {
+namespace {
+
+constexpr uint64_t kNoLimit = std::numeric_limits<uint64_t>::max();
+constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max();
+
+google::protobuf::RepeatedField<int64_t> Shape(std::vector<int64_t> dims) {
+  return google::protobuf::RepeatedField<int64_t>(dims.begin(), dims.end());
+}
+
+bool Mentions(const absl::Status& s, absl::string_view fragment) {
+  return s.message().find(fragment) != absl::string_view::npos;
+}
+
+TEST(CheckMeta, AcceptsRanksZeroToFourOfEveryDtype) {
+  for (DType d : {DType::kFloat32, DType::kInt32, DType::kInt64, DType::kBFloat16}) {
+    for (const std::vector<int64_t>& shape :
+         std::vector<std::vector<int64_t>>{{}, {1}, {7, 3}, {2, 3, 4}, {2, 3, 4, 5}}) {
+      TensorMeta m{d, shape};
+      EXPECT_TRUE(CheckMeta(m, kNoLimit, "t").ok()) << m.DebugString();
+    }
+  }
+}
+
+TEST(CheckMeta, ElementSizesAndBytes) {
+  EXPECT_EQ((TensorMeta{DType::kFloat32, {2, 3}}).Bytes(), 24u);
+  EXPECT_EQ((TensorMeta{DType::kInt32, {5}}).Bytes(), 20u);
+  EXPECT_EQ((TensorMeta{DType::kInt64, {5}}).Bytes(), 40u);
+  EXPECT_EQ((TensorMeta{DType::kBFloat16, {3, 3}}).Bytes(), 18u);
+  EXPECT_EQ((TensorMeta{DType::kFloat32, {}}).Bytes(), 4u);  // a scalar is one element
+  EXPECT_EQ((TensorMeta{DType::kFloat32, {}}).NumElements(), 1);
+}
+
+TEST(CheckMeta, RankAboveFour) {
+  absl::Status s = CheckMeta({DType::kFloat32, {1, 2, 3, 4, 5}}, kNoLimit, "tensor 'r5'");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(Mentions(s, "tensor 'r5'")) << s;
+  EXPECT_TRUE(Mentions(s, "0..4")) << s;
+  EXPECT_TRUE(Mentions(s, "got 5")) << s;
+}
+
+TEST(CheckMeta, ZeroDimension) {
+  absl::Status s = CheckMeta({DType::kFloat32, {3, 0}}, kNoLimit, "tensor 'z'");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(Mentions(s, "tensor 'z'")) << s;
+  EXPECT_TRUE(Mentions(s, "dimension 1")) << s;
+  EXPECT_TRUE(Mentions(s, ">= 1, got 0")) << s;
+}
+
+TEST(CheckMeta, NegativeDimension) {
+  absl::Status s = CheckMeta({DType::kInt32, {-1}}, kNoLimit, "tensor 'n'");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(Mentions(s, "got -1")) << s;
+}
+
+TEST(CheckMeta, TwoNegativesDoNotMakeAPositive) {
+  absl::Status s = CheckMeta({DType::kInt32, {-2, -2}}, kNoLimit, "tensor 'n'");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+}
+
+TEST(CheckMeta, InvalidDtype) {
+  absl::Status s = CheckMeta({DType::kInvalid, {2}}, kNoLimit, "tensor 'd'");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(Mentions(s, "tensor 'd'")) << s;
+  EXPECT_TRUE(Mentions(s, "FLOAT32")) << s;
+}
+
+// A hostile shape whose byte count wraps around 2^64 to something small must not pass.
+TEST(CheckMeta, OverflowingShapesAreRejected) {
+  const std::vector<TensorMeta> hostile = {
+      {DType::kFloat32, {int64_t{1} << 32, int64_t{1} << 32}},  // 2^64 elements: wraps to 0
+      {DType::kFloat32, {int64_t{1} << 62}},                    // 2^64 bytes: wraps to 0
+      {DType::kInt64, {int64_t{1} << 61}},                      // 2^64 bytes
+      {DType::kBFloat16, {kI64Max, kI64Max}},
+      {DType::kInt32, {kI64Max}},
+      {DType::kInt32, {65536, 65536, 65536, 65536}},  // 2^64 elements, 2^66 bytes
+      {DType::kFloat32, {3, int64_t{1} << 62, 1, 1}},
+  };
+  for (const TensorMeta& m : hostile) {
+    absl::Status s = CheckMeta(m, kNoLimit, "tensor 'h'");
+    EXPECT_FALSE(s.ok()) << m.DebugString() << " passed";
+    EXPECT_TRUE(s.code() == absl::StatusCode::kResourceExhausted ||
+                s.code() == absl::StatusCode::kInvalidArgument)
+        << s;
+    EXPECT_TRUE(Mentions(s, "tensor 'h'")) << s;
+    EXPECT_TRUE(Mentions(s, ShapeString(m.shape))) << s;
+  }
+}
+
+TEST(CheckMeta, LargestShapeThatFitsIn64Bits) {
+  // (2^61 - 1) * 8 = 2^64 - 8 bytes: representable, so only a limit can refuse it.
+  EXPECT_TRUE(CheckMeta({DType::kInt64, {(int64_t{1} << 61) - 1}}, kNoLimit, "t").ok());
+}
+
+TEST(CheckMeta, MaxBytesIsInclusive) {
+  EXPECT_TRUE(CheckMeta({DType::kFloat32, {256}}, 1024, "t").ok());
+  absl::Status s = CheckMeta({DType::kFloat32, {257}}, 1024, "tensor 'big'");
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_TRUE(Mentions(s, "tensor 'big'")) << s;
+  EXPECT_TRUE(Mentions(s, "1028")) << s;
+  EXPECT_TRUE(Mentions(s, "1024")) << s;
+}
+
+TEST(MetaFromProto, ConvertsAValidHeader) {
+  absl::StatusOr<TensorMeta> m = MetaFromProto(v1::BFLOAT16, Shape({3, 4}), kNoLimit, "t");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(*m, (TensorMeta{DType::kBFloat16, {3, 4}}));
+  absl::StatusOr<TensorMeta> scalar = MetaFromProto(v1::INT64, Shape({}), kNoLimit, "t");
+  ASSERT_TRUE(scalar.ok()) << scalar.status();
+  EXPECT_EQ(scalar->rank(), 0);
+}
+
+TEST(MetaFromProto, RankAboveFour) {
+  for (int rank : {5, 8, 100}) {
+    absl::StatusOr<TensorMeta> m =
+        MetaFromProto(v1::FLOAT32, Shape(std::vector<int64_t>(rank, 1)), kNoLimit, "tensor 'r'");
+    EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument) << rank;
+    EXPECT_TRUE(Mentions(m.status(), "tensor 'r'")) << m.status();
+    EXPECT_TRUE(Mentions(m.status(), absl::StrCat("got ", rank))) << m.status();
+  }
+}
+
+TEST(MetaFromProto, DimensionsBelowOne) {
+  for (int64_t d : {int64_t{0}, int64_t{-1}, std::numeric_limits<int64_t>::min()}) {
+    absl::StatusOr<TensorMeta> m = MetaFromProto(v1::INT32, Shape({4, d}), kNoLimit, "tensor 'd'");
+    EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument) << d;
+    EXPECT_TRUE(Mentions(m.status(), "tensor 'd'")) << m.status();
+    EXPECT_TRUE(Mentions(m.status(), absl::StrCat("got ", d))) << m.status();
+  }
+}
+
+TEST(MetaFromProto, UnknownDtypes) {
+  for (int dtype : {0, 5, -1, 99}) {
+    absl::StatusOr<TensorMeta> m = MetaFromProto(dtype, Shape({2}), kNoLimit, "tensor 'u'");
+    EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument) << dtype;
+    EXPECT_TRUE(Mentions(m.status(), "tensor 'u'")) << m.status();
+  }
+}
+
+TEST(MetaFromProto, OverflowingShape) {
+  absl::StatusOr<TensorMeta> m = MetaFromProto(
+      v1::FLOAT32, Shape({int64_t{1} << 32, int64_t{1} << 32}), kNoLimit, "tensor 'o'");
+  EXPECT_FALSE(m.ok());
+  EXPECT_TRUE(Mentions(m.status(), "tensor 'o'")) << m.status();
+}
+
+TEST(MetaFromProto, OverTheLimit) {
+  absl::StatusOr<TensorMeta> m = MetaFromProto(v1::INT64, Shape({129}), 1024, "tensor 'l'");
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(Mentions(m.status(), "1032")) << m.status();
+}
+
+}  // namespace
+}  // namespace opserve
