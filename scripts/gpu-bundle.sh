@@ -19,6 +19,8 @@ for b in server/opserve client/opserve-cli tests/gpu/gpu_test tests/e2e/e2e_test
   if [[ -x "$build/$b" ]]; then bins+=("$build/$b"); fi
 done
 cp "${bins[@]}" "$stage/opserve/bin/"
+# Host debug info is most of the size and the carry is limited; kernels keep their -lineinfo.
+strip --strip-debug "$stage"/opserve/bin/*
 
 skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|libresolv|libcuda\.so|libnvidia|libcublas|libcudart)'
 for b in "${bins[@]}"; do
@@ -30,7 +32,7 @@ done
 # RUNPATH is not transitive: every bundled library looks next to itself, binaries look in lib/.
 for l in "$stage"/opserve/lib/*; do patchelf --set-rpath '$ORIGIN' "$l"; done
 for b in "$stage"/opserve/bin/*; do patchelf --set-rpath '$ORIGIN/../lib:/usr/local/cuda/lib64' "$b"; done
-cp "$root/scripts/gpu-suite.sh" "$stage/opserve/"
+cp "$root/scripts/gpu-suite.sh" "$root/scripts/gpu-demo.sh" "$stage/opserve/"
 mkdir -p "$(dirname "$bundle")"
 tar czf "$bundle" -C "$stage" opserve
 du -sh "$bundle" "$stage/opserve"

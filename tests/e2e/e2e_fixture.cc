@@ -3,6 +3,7 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 
@@ -14,6 +15,11 @@ using ::testing::AssertionFailure;
 using ::testing::AssertionResult;
 using ::testing::AssertionSuccess;
 
+std::string OpserveTest::Device() {
+  const char* d = std::getenv("OPSERVE_TEST_DEVICE");
+  return d != nullptr && *d != '\0' ? d : "cpu";
+}
+
 void OpserveTest::SetUp() { Restart(ExtraFlags()); }
 
 void OpserveTest::Restart(const std::vector<std::string>& extra) {
@@ -21,7 +27,7 @@ void OpserveTest::Restart(const std::vector<std::string>& extra) {
   client_.reset();
   server_.reset();
   std::vector<std::string> flags = {"--host=127.0.0.1", "--port=0", "--metrics_port=-1",
-                                    "--device=cpu"};
+                                    "--device=" + Device()};
   flags.insert(flags.end(), extra.begin(), extra.end());
   auto server = ServerProcess::Start(OpserveBinary(), flags);
   ASSERT_TRUE(server.ok()) << server.status();

@@ -1,4 +1,4 @@
-// The end-to-end fixture: a fresh `opserve --device=cpu` per test on 127.0.0.1 and a free port,
+// The end-to-end fixture: a fresh `opserve --device=$OPSERVE_TEST_DEVICE (cpu)` per test on 127.0.0.1 and a free port,
 // a client library connection to it, and helpers to build requests and compare store contents.
 #pragma once
 
@@ -17,9 +17,22 @@
 
 namespace opserve::e2e {
 
+// For tests written for the CPU backend's behaviour (its algorithm names, its slowness): on
+// another backend they report themselves skipped, and the GPU suite covers that ground.
+#define SKIP_UNLESS_CPU_BACKEND(why)                                                        \
+  if (OpserveTest::Device() != "cpu") {                                                     \
+    GTEST_SKIP() << "CPU-backend specific (" << why << "); backend is " << OpserveTest::Device(); \
+  }
+
 class OpserveTest : public ::testing::Test {
+ public:
+  // The backend under test: $OPSERVE_TEST_DEVICE, else "cpu" (the GPU suite sets "cuda").
+  static std::string Device();
+  // What TensorInfo.device reads on that backend: "cpu" or "cuda:0".
+  static std::string ExpectedDevice() { return Device() == "cpu" ? "cpu" : "cuda:0"; }
+
  protected:
-  // Flags added to --host=127.0.0.1 --port=0 --metrics_port=-1 --device=cpu.
+  // Flags added to --host=127.0.0.1 --port=0 --metrics_port=-1 --device=Device().
   virtual std::vector<std::string> ExtraFlags() const { return {}; }
 
   void SetUp() override;

@@ -155,6 +155,7 @@ class BusyCall {
 using LifecycleTest = OpserveTest;
 
 TEST_F(LifecycleTest, SigtermFinishesTheRequestInFlightAndExitsZero) {
+  SKIP_UNLESS_CPU_BACKEND("keeps the device busy with a slow CPU matmul");
   absl::StatusOr<BusyMatmul> busy = BusyMatmul::Prepare(client(), /*seconds=*/2.0, rng_);
   ASSERT_TRUE(busy.ok()) << busy.status();
   BusyCall call(client(), *busy, rng_);
@@ -242,6 +243,7 @@ class InflightLimitTest : public OpserveTest {
 };
 
 TEST_F(InflightLimitTest, ASecondRequestWhileTheDeviceIsBusyIsResourceExhausted) {
+  SKIP_UNLESS_CPU_BACKEND("keeps the device busy with a slow CPU matmul");
   absl::StatusOr<BusyMatmul> busy = BusyMatmul::Prepare(client(), /*seconds=*/1.5, rng_);
   ASSERT_TRUE(busy.ok()) << busy.status();
   BusyCall call(client(), *busy, rng_);

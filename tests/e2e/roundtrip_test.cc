@@ -23,7 +23,7 @@ void ExpectInfo(const v1::TensorInfo& info, const std::string& name, const clien
   EXPECT_EQ(info.dtype(), t.dtype) << name;
   EXPECT_EQ(std::vector<int64_t>(info.shape().begin(), info.shape().end()), t.shape) << name;
   EXPECT_EQ(info.bytes(), t.data.size()) << name;
-  EXPECT_EQ(info.device(), "cpu") << name;
+  EXPECT_EQ(info.device(), OpserveTest::ExpectedDevice()) << name;
 }
 
 TEST_F(RoundTripTest, EveryDtypeAtEveryRank) {

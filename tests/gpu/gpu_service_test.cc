@@ -1,0 +1,175 @@
+// The service on the CUDA backend, end to end: the real `opserve --device=cuda` driven through
+// the client library. Skipped (not passed) where no GPU is usable.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <set>
+
+#include "server/cuda/cuda_backend.h"
+#include "server/ops.h"
+#include "tests/e2e/e2e_fixture.h"
+
+namespace opserve::e2e {
+namespace {
+
+class GpuServiceTest : public OpserveTest {
+ protected:
+  void SetUp() override {
+    if (absl::Status s = ProbeCuda(0); !s.ok()) GTEST_SKIP() << "no usable GPU: " << s.message();
+    setenv("OPSERVE_TEST_DEVICE", "cuda", 1);
+    OpserveTest::SetUp();
+  }
+};
+
+// Floats in [-1, 1): the fixture's RandomTensor draws raw bits (NaNs included), right for
+// round trips but not for arithmetic.
+client::HostTensor RandomFloats(std::vector<int64_t> shape, std::mt19937_64& rng) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return F32(std::move(shape), v);
+}
+
+std::vector<double> MatmulRef(const client::HostTensor& a, const client::HostTensor& b) {
+  const int64_t m = a.shape[0], k = a.shape[1], n = b.shape[1];
+  const std::vector<float> x = Floats(a.data), y = Floats(b.data);
+  std::vector<double> c(m * n, 0.0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t p = 0; p < k; ++p)
+      for (int64_t j = 0; j < n; ++j) c[i * n + j] += double(x[i * k + p]) * y[p * n + j];
+  return c;
+}
+
+// ListOps on a GPU server lists every cuda row of the table, with defaults and determinism.
+TEST_F(GpuServiceTest, ListOpsListsEveryCudaAlgorithm) {
+  auto ops = client().ListOps();
+  ASSERT_TRUE(ops.ok()) << ops.status();
+  EXPECT_EQ(ops->backend(), "cuda");
+  std::set<std::string> listed;
+  for (const v1::OpInfo& op : ops->ops()) {
+    EXPECT_FALSE(op.default_algorithm().empty()) << op.name();
+    for (const v1::AlgorithmInfo& a : op.algorithms()) {
+      listed.insert(op.name() + "/" + a.name());
+      const bool atomic = a.name() == "one_pass_atomic";
+      EXPECT_EQ(a.deterministic(), !atomic) << op.name() << "/" << a.name();
+    }
+  }
+  for (const AlgoSpec& a : Algorithms()) {
+    if (a.backend != "cuda") continue;
+    EXPECT_TRUE(listed.count(std::string(a.op) + "/" + std::string(a.name)))
+        << a.op << "/" << a.name << " is in the table but not listed";
+  }
+}
+
+// row_mean(transpose(matmul(A, B))) with A stored on the GPU, B inline, the rest intermediates,
+// for auto and for named algorithms, against a float64 reference; the product is also stored
+// and read back.
+TEST_F(GpuServiceTest, MixedStoredInlineIntermediateGraph) {
+  const client::HostTensor a = RandomFloats({300, 129}, rng_);
+  const client::HostTensor b = RandomFloats({129, 77}, rng_);
+  ASSERT_TRUE(client().PutTensor("A", a, false).ok());
+  const std::vector<double> ab = MatmulRef(a, b);
+  const int64_t m = 300, n = 77;
+  for (const auto& [mm, tr, rm] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"auto", "auto", "auto"},
+           {"block_tiled_vectorized", "smem_tiled", "warp_per_row"},
+           {"cublas", "tma", "cub_segmented"},
+           {"tiled", "swizzled", "block_per_row"}}) {
+    SCOPED_TRACE(mm + "/" + tr + "/" + rm);
+    v1::ExecuteRequest req;
+    AddInline(req, "B", b);
+    AddNode(req, "ab", "matmul", {Stored("A"), Inline("B")}, mm);
+    AddNode(req, "abt", "transpose", {Node("ab")}, tr);
+    AddNode(req, "mean", "row_mean", {Node("abt")}, rm);
+    AddOutput(req, "mean", true);
+    AddOutput(req, "ab", false, "AB", true);
+    auto resp = client().Execute(req);
+    ASSERT_TRUE(resp.ok()) << resp.status();
+    ASSERT_EQ(resp->nodes_size(), 3);
+    for (const v1::NodeResult& r : resp->nodes()) {
+      EXPECT_NE(r.algorithm(), "auto");
+      EXPECT_GT(r.kernel_us(), 0) << r.id();
+      EXPECT_GT(r.bytes(), 0u) << r.id();
+    }
+    ASSERT_EQ(resp->outputs_size(), 1);
+    const std::vector<float> got = Floats(resp->outputs(0).tensor().data());
+    ASSERT_EQ(static_cast<int64_t>(got.size()), n);
+    for (int64_t j = 0; j < n; ++j) {
+      double ref = 0;
+      for (int64_t i = 0; i < m; ++i) ref += ab[i * n + j];
+      ref /= m;
+      EXPECT_NEAR(got[j], ref, 1e-4 + 1e-4 * std::fabs(ref)) << "column " << j;
+    }
+    auto stored = client().GetTensor("AB");
+    ASSERT_TRUE(stored.ok()) << stored.status();
+    const std::vector<float> c = Floats(stored->data);
+    for (int64_t i = 0; i < m * n; ++i) ASSERT_NEAR(c[i], ab[i], 1e-4 + 1e-4 * std::fabs(ab[i])) << i;
+  }
+}
+
+// Tensors of every dtype survive a round trip through GPU memory, 1 GiB included.
+TEST_F(GpuServiceTest, RoundTripsThroughGpuMemory) {
+  for (v1::DType d : {v1::FLOAT32, v1::INT32, v1::INT64, v1::BFLOAT16}) {
+    const client::HostTensor t = RandomTensor(d, {3, 5, 7, 11}, rng_);
+    ASSERT_TRUE(client().PutTensor("t", t, true).ok());
+    auto back = client().GetTensor("t");
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->data, t.data) << v1::DType_Name(d);
+  }
+  client::HostTensor big = RandomTensor(v1::INT32, {1 << 28}, rng_);  // 1 GiB
+  ASSERT_TRUE(client().PutTensor("big", big, false).ok());
+  auto back = client().GetTensor("big");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->data == big.data);
+  auto infos = client().ListTensors();
+  ASSERT_TRUE(infos.ok());
+  for (const v1::TensorInfo& i : *infos) EXPECT_EQ(i.device(), "cuda:0");
+}
+
+// An error on the GPU server is the same error, and the server keeps serving.
+TEST_F(GpuServiceTest, ErrorsKeepTheirCodes) {
+  v1::ExecuteRequest req;
+  AddNode(req, "s", "sum", {Stored("missing")});
+  AddOutput(req, "s", true);
+  EXPECT_TRUE(StatusIs(client().Execute(req).status(), absl::StatusCode::kNotFound, {"'missing'"}));
+  v1::ExecuteRequest bad;
+  AddInline(bad, "x", v1::INT64, {4, 4});
+  AddNode(bad, "t", "transpose", {Inline("x")}, "tma");
+  AddOutput(bad, "t", true);
+  EXPECT_TRUE(StatusIs(client().Execute(bad).status(), absl::StatusCode::kUnimplemented, {"'t'", "INT64"}));
+  EXPECT_TRUE(Serving());
+}
+
+#if OPSERVE_TEST_HOOKS
+class GpuStickyFaultTest : public GpuServiceTest {
+ protected:
+  std::vector<std::string> ExtraFlags() const override {
+    return {"--test_fail_algorithm=sum/vectorized"};
+  }
+};
+
+// An illegal address on the device fails its own request, naming the node, and turns health to
+// NOT_SERVING: the CUDA context is gone until the process restarts.
+TEST_F(GpuStickyFaultTest, IllegalAddressTurnsHealthNotServing) {
+  ASSERT_TRUE(Serving());
+  const client::HostTensor x = RandomFloats({1000}, rng_);
+  v1::ExecuteRequest req;
+  AddInline(req, "x", x);
+  AddNode(req, "s", "sum", {Inline("x")}, "vectorized");
+  AddOutput(req, "s", true);
+  auto r = client().Execute(req);
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("'s'"), std::string::npos) << r.status();
+  auto serving = client().HealthServing();
+  ASSERT_TRUE(serving.ok()) << serving.status();
+  EXPECT_FALSE(*serving);
+  EXPECT_TRUE(StatusIs(client().Execute(req).status(), absl::StatusCode::kUnavailable));
+}
+#endif
+
+}  // namespace
+}  // namespace opserve::e2e
