@@ -63,9 +63,12 @@ void DeviceWorker::Loop(std::promise<absl::Status>* started) {
       jobs_.pop_front();
       ++running_;
     }
-    job(**env);
-    std::lock_guard<std::mutex> lock(mu_);
-    --running_;
+    Completion done = job(**env);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --running_;
+    }
+    if (done) done();
   }
 }
 

@@ -19,7 +19,11 @@ namespace opserve {
 
 class DeviceWorker {
  public:
-  using Job = std::function<void(ExecEnv&)>;
+  // A job runs on the device and returns what must happen once its queue slot is free: the
+  // reply to the client. Replying from inside the job would let the client's next request
+  // arrive while this one still counts against --max_inflight.
+  using Completion = std::function<void()>;
+  using Job = std::function<Completion(ExecEnv&)>;
 
   // Starts the thread and makes its ExecEnv there; fails if the backend cannot.
   static absl::StatusOr<std::unique_ptr<DeviceWorker>> Start(Backend& backend, int max_queue);

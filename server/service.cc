@@ -158,7 +158,7 @@ grpc::ServerUnaryReactor* OpServeService::Execute(grpc::CallbackServerContext* c
     return reactor;
   }
   auto shared_plan = std::make_shared<Plan>(*std::move(plan));
-  absl::Status queued = worker_.Submit([this, ctx, resp, start, shared_plan, finish](ExecEnv& env) {
+  absl::Status queued = worker_.Submit([this, ctx, resp, start, shared_plan, finish](ExecEnv& env) -> DeviceWorker::Completion {
     const double queue_us = MicrosSince(start);
     if (metrics_) metrics_->RecordQueue("Execute", queue_us * 1e-6);
     absl::Status s = CheckAlive(ctx);
@@ -170,7 +170,7 @@ grpc::ServerUnaryReactor* OpServeService::Execute(grpc::CallbackServerContext* c
     resp->mutable_timing()->set_queue_us(queue_us);
     if (!backend_.Healthy().ok() && on_unhealthy_) on_unhealthy_();
     UpdateStoreGauges();
-    finish(s);
+    return [finish, s] { finish(s); };
   });
   if (!queued.ok()) finish(queued);
   return reactor;

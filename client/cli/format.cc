@@ -169,4 +169,12 @@ std::string JsonQuote(absl::string_view text) {
   return out + "\"";
 }
 
+std::string FailureText(const absl::Status& status, bool from_server) {
+  if (from_server) {
+    return absl::StrCat("opserve-cli: ", absl::StatusCodeToString(status.code()), ": ",
+                        status.message());
+  }
+  return absl::StrCat("opserve-cli: ", status.message());
+}
+
 }  // namespace opserve::cli

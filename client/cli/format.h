@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "client/host_tensor.h"
 
 namespace opserve::cli {
@@ -42,5 +43,9 @@ std::string FormatBytes(uint64_t bytes);
 
 // A JSON string literal with escapes.
 std::string JsonQuote(absl::string_view text);
+
+// How the CLI reports a failure on stderr: "opserve-cli: CODE: message" for a status the server
+// sent, "opserve-cli: message" for a local one.
+std::string FailureText(const absl::Status& status, bool from_server);
 
 }  // namespace opserve::cli

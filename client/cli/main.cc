@@ -4,14 +4,10 @@
 //
 // Exit status: 0 on success, 1 on any failure (a gRPC error prints its code name and message),
 // 2 on a usage error.
-#include <sys/resource.h>
-
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <iostream>
 #include <map>
-#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -21,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "client/cli/bench.h"
 #include "client/cli/format.h"
 #include "client/graph_json.h"
 #include "client/npy.h"
@@ -43,6 +40,8 @@ commands:
   rm NAME                     delete tensor NAME
   run GRAPH.json              execute a graph (ExecuteRequest JSON; inline tensors may be
                               {"npy": "file.npy"}, relative to the graph file)
+  bench                       load the server with one graph at a concurrency or a sweep of
+                              them: throughput, latency percentiles, GB/s (flags below)
 
 flags:
   --target=HOST:PORT          server address (default $OPSERVE_TARGET or 127.0.0.1:50051)
@@ -55,14 +54,15 @@ flags:
   --root_ca=PEM               use TLS with this root CA
   --client_cert=PEM --client_key=PEM   mutual TLS
   --overwrite                 put: replace an existing tensor
+
 )";
 
 struct Flags {
   client::ClientOptions client;
   bool json = false;
   bool overwrite = false;
-  uint64_t bench_bytes = 1ull << 30;
-  int bench_repeat = 3;
+  BenchOptions bench;
+  std::string first_bench_flag;   // bench flags belong to bench alone
   std::vector<std::string> args;  // the command and its arguments
 };
 
@@ -72,9 +72,8 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
   if (const char* target = std::getenv("OPSERVE_TARGET")) flags.client.target = target;
   if (const char* token = std::getenv("OPSERVE_TOKEN")) flags.client.bearer_token = token;
   if (const char* session = std::getenv("OPSERVE_SESSION")) flags.client.session = session;
-  const std::set<std::string> with_value = {"target",      "token",       "session",    "timeout",
-                                            "root_ca",     "client_cert", "client_key", "bytes",
-                                            "chunk_bytes", "repeat"};
+  const std::set<std::string> with_value = {"target",  "token",       "session",    "timeout",
+                                            "root_ca", "client_cert", "client_key", "chunk_bytes"};
   bool flags_done = false;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -93,11 +92,14 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
       value = name.substr(eq + 1);
       name.resize(eq);
     }
-    if (with_value.count(name) && !has_value) {
+    bool bench_takes_value = false;
+    const bool bench_flag = IsBenchFlag(name, &bench_takes_value);
+    const bool takes_value = with_value.count(name) > 0 || (bench_flag && bench_takes_value);
+    if (takes_value && !has_value) {
       if (i + 1 >= argc)
         return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
       value = argv[++i];
-    } else if (!with_value.count(name) && has_value) {
+    } else if (!takes_value && has_value) {
       return absl::InvalidArgumentError(absl::StrCat("--", name, " takes no value"));
     }
     double seconds = 0;
@@ -120,14 +122,15 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
             absl::StrCat("--timeout wants seconds > 0, got '", value, "'"));
       }
       flags.client.timeout = absl::Seconds(seconds);
-    } else if (name == "chunk_bytes" || name == "bytes" || name == "repeat") {
+    } else if (name == "chunk_bytes") {
       if (!absl::SimpleAtoi(value, &number) || number <= 0) {
         return absl::InvalidArgumentError(
             absl::StrCat("--", name, " wants a positive integer, got '", value, "'"));
       }
-      if (name == "chunk_bytes") flags.client.chunk_bytes = number;
-      if (name == "bytes") flags.bench_bytes = static_cast<uint64_t>(number);
-      if (name == "repeat") flags.bench_repeat = static_cast<int>(number);
+      flags.client.chunk_bytes = number;
+    } else if (bench_flag) {
+      if (absl::Status s = SetBenchFlag(name, value, &flags.bench); !s.ok()) return s;
+      if (flags.first_bench_flag.empty()) flags.first_bench_flag = name;
     } else if (name == "json") {
       flags.json = true;
     } else if (name == "overwrite") {
@@ -144,12 +147,7 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
 
 // A gRPC failure: the code name and the message. Local failures carry their message alone.
 int Fail(const absl::Status& status, bool from_server) {
-  if (from_server) {
-    std::cerr << "opserve-cli: " << absl::StatusCodeToString(status.code()) << ": "
-              << status.message() << "\n";
-  } else {
-    std::cerr << "opserve-cli: " << status.message() << "\n";
-  }
+  std::cerr << FailureText(status, from_server) << "\n";
   return 1;
 }
 
@@ -348,56 +346,10 @@ int Run(client::Client& c, const Flags& flags, const std::string& path) {
   return 0;
 }
 
-// CPU seconds this process has used: with wall time, it tells a client-bound transfer from one
-// bound by the network or the server.
-double CpuSeconds() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  auto seconds = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
-  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
-}
-
-// Hidden: measures PutTensor and GetTensor of a float32 tensor of --bytes, --repeat times.
-int Bench(client::Client& c, const Flags& flags) {
-  HostTensor tensor;
-  tensor.dtype = v1::FLOAT32;
-  tensor.shape = {static_cast<int64_t>(flags.bench_bytes / 4)};
-  tensor.data.resize(flags.bench_bytes / 4 * 4);
-  std::mt19937_64 random(1);
-  for (size_t i = 0; i + 8 <= tensor.data.size(); i += 8) {
-    const uint64_t bits = random();
-    std::memcpy(tensor.data.data() + i, &bits, 8);
-  }
-  const std::string name = "__opserve_cli_bench";
-  for (int i = 0; i < flags.bench_repeat; ++i) {
-    absl::Time start = absl::Now();
-    double cpu = CpuSeconds();
-    absl::StatusOr<v1::TensorInfo> info = c.PutTensor(name, tensor, /*overwrite=*/true);
-    const absl::Duration put = absl::Now() - start;
-    const double put_cpu = CpuSeconds() - cpu;
-    if (!info.ok()) return Fail(info.status(), true);
-    start = absl::Now();
-    cpu = CpuSeconds();
-    absl::StatusOr<HostTensor> back = c.GetTensor(name);
-    const absl::Duration get = absl::Now() - start;
-    const double get_cpu = CpuSeconds() - cpu;
-    if (!back.ok()) return Fail(back.status(), true);
-    if (back->data != tensor.data) return Fail(absl::DataLossError("round trip differs"), false);
-    std::cout << absl::StrFormat(
-        "%s chunk %d: put %.3f s %.2f GB/s (client cpu %.2f s), get %.3f s %.2f GB/s (client "
-        "cpu %.2f s)\n",
-        FormatBytes(tensor.data.size()), c.options().chunk_bytes, absl::ToDoubleSeconds(put),
-        Gbps(tensor.data.size(), put), put_cpu, absl::ToDoubleSeconds(get),
-        Gbps(tensor.data.size(), get), get_cpu);
-  }
-  (void)c.DeleteTensor(name);
-  return 0;
-}
-
 int Main(int argc, char** argv) {
   absl::StatusOr<Flags> flags = ParseFlags(argc, argv);
   if (!flags.ok()) {
-    std::cerr << "opserve-cli: " << flags.status().message() << "\n\n" << kUsage;
+    std::cerr << "opserve-cli: " << flags.status().message() << "\n\n" << kUsage << kBenchUsage;
     return 2;
   }
   const std::vector<std::string>& args = flags->args;
@@ -406,7 +358,7 @@ int Main(int argc, char** argv) {
     return 2;
   }
   if (args[0] == "help") {
-    std::cout << kUsage;
+    std::cout << kUsage << kBenchUsage;
     return 0;
   }
   const std::map<std::string, size_t> arity = {{"health", 1}, {"ops", 1}, {"put", 3}, {"get", 3},
@@ -422,6 +374,12 @@ int Main(int argc, char** argv) {
               << kUsage;
     return 2;
   }
+  if (args[0] != "bench" && !flags->first_bench_flag.empty()) {
+    std::cerr << "opserve-cli: --" << flags->first_bench_flag << " is a flag of bench, not of "
+              << args[0] << "\n\n"
+              << kUsage;
+    return 2;
+  }
   absl::StatusOr<std::unique_ptr<client::Client>> connected =
       client::Client::Connect(flags->client);
   if (!connected.ok()) return Fail(connected.status(), false);
@@ -434,7 +392,7 @@ int Main(int argc, char** argv) {
   if (command == "ls") return List(c, *flags);
   if (command == "rm") return Remove(c, *flags, args[1]);
   if (command == "run") return Run(c, *flags, args[1]);
-  return Bench(c, *flags);
+  return RunBench(c, flags->bench, flags->json, std::cout);
 }
 
 }  // namespace

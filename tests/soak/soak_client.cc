@@ -1,0 +1,488 @@
+#include "tests/soak/soak_client.h"
+
+#include <algorithm>
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+
+namespace opserve::soak {
+namespace {
+
+// Tensors one client keeps stored at once, beside its anchor: the store stays small, so the
+// server's memory after warm-up reflects leaks rather than what the clients hold.
+constexpr size_t kMaxStored = 6;
+// Bounds on one phase of one client, whatever its deadline says.
+constexpr int64_t kMaxActionsPerPhase = 10'000'000;
+// Latency samples one client keeps (reservoir sampling past that): exact percentiles for a CI
+// run, bounded memory for a long one by hand.
+constexpr size_t kMaxLatencySamples = 50'000;
+constexpr size_t kMaxProblemsPerClient = 8;
+// Connections are per client: gRPC would otherwise share one subchannel among equal channels.
+constexpr char kLocalSubchannelPool[] = "grpc.use_local_subchannel_pool";
+
+// The ops the soak sends, with the input dtypes and rank each accepts; the mix cycles through
+// all of them, so an op added to the server is soaked once it has a row here.
+struct OpCase {
+  const char* op;
+  std::vector<v1::DType> dtypes;
+  int rank;  // of input 0; -1: any rank from 0 to 3
+};
+
+const OpCase kOps[] = {
+    {"sum", {v1::FLOAT32, v1::INT32}, -1},
+    {"row_sum", {v1::FLOAT32}, 2},
+    {"row_mean", {v1::FLOAT32}, 2},
+    {"transpose", {v1::FLOAT32, v1::INT32, v1::INT64, v1::BFLOAT16}, 2},
+    {"matmul", {v1::FLOAT32, v1::BFLOAT16}, 2},
+};
+
+const OpCase* FindOpCase(absl::string_view op) {
+  for (const OpCase& c : kOps) {
+    if (c.op == op) return &c;
+  }
+  return nullptr;
+}
+
+bool Accepts(const OpCase& c, const RefTensor& t) {
+  const bool rank_ok =
+      c.rank < 0 ? t.shape.size() <= 3 : static_cast<int>(t.shape.size()) == c.rank;
+  return rank_ok && std::find(c.dtypes.begin(), c.dtypes.end(), t.dtype) != c.dtypes.end();
+}
+
+// Sizes at the edges (1, around 32 and 64) and in between, all cheap for a CPU reference.
+int64_t Dim(std::mt19937_64& rng) {
+  static constexpr int64_t kDims[] = {1, 2, 3, 5, 8, 16, 31, 32, 33, 48, 64, 65};
+  return kDims[rng() % std::size(kDims)];
+}
+
+std::vector<int64_t> DrawShape(const OpCase& c, std::mt19937_64& rng) {
+  if (c.rank == 2) return {Dim(rng), Dim(rng)};
+  std::vector<int64_t> shape(rng() % 4);
+  for (int64_t& d : shape) d = 1 + static_cast<int64_t>(rng() % 16);
+  return shape;
+}
+
+bool Chance(std::mt19937_64& rng, int percent) { return static_cast<int>(rng() % 100) < percent; }
+
+std::string StatusText(const absl::Status& s) {
+  return absl::StrCat(absl::StatusCodeToString(s.code()), ": ", s.message());
+}
+
+}  // namespace
+
+int64_t SoakStats::RequestsSent() const {
+  int64_t n = 0;
+  for (const auto& [rpc, count] : rpcs) n += count;
+  return n;
+}
+
+void SoakStats::Merge(const SoakStats& o) {
+  for (const auto& [k, v] : o.rpcs) rpcs[k] += v;
+  for (const auto& [k, v] : o.graphs) graphs[k] += v;
+  for (const auto& [k, v] : o.malformed) malformed[k] += v;
+  latency_us.insert(latency_us.end(), o.latency_us.begin(), o.latency_us.end());
+  execute_latency_us.insert(execute_latency_us.end(), o.execute_latency_us.begin(),
+                            o.execute_latency_us.end());
+  results_checked += o.results_checked;
+  unexpected_errors += o.unexpected_errors;
+  wrong_results += o.wrong_results;
+  problems.insert(problems.end(), o.problems.begin(), o.problems.end());
+}
+
+absl::StatusOr<std::unique_ptr<SoakClient>> SoakClient::Create(const std::string& target, int index,
+                                                               uint64_t seed) {
+  client::ClientOptions options;
+  options.target = target;
+  options.timeout = kCallTimeout;
+  // Half the clients move tensors in 4 KiB chunks, so puts and gets of a few KiB span several
+  // messages; the server's smallest GetTensor chunk is 4 KiB too.
+  if (index % 2 == 1) options.chunk_bytes = 4096;
+  options.channel_args[kLocalSubchannelPool] = 1;
+  absl::StatusOr<std::unique_ptr<client::Client>> c = client::Client::Connect(options);
+  if (!c.ok()) return c.status();
+  grpc::ChannelArguments args;
+  args.SetInt(kLocalSubchannelPool, 1);
+  auto stub = v1::OpServe::NewStub(
+      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
+  return std::unique_ptr<SoakClient>(new SoakClient(index, seed, *std::move(c), std::move(stub)));
+}
+
+SoakClient::SoakClient(int index, uint64_t seed, std::unique_ptr<client::Client> client,
+                       std::unique_ptr<v1::OpServe::Stub> stub)
+    : index_(index),
+      prefix_(absl::StrCat("soak/c", index, "/")),
+      rng_(seed * 1000003 + static_cast<uint64_t>(index)),
+      client_(std::move(client)),
+      stub_(std::move(stub)),
+      next_malformed_(static_cast<size_t>(index)),
+      next_op_(static_cast<size_t>(index)) {}
+
+// ---- bookkeeping ----
+
+// Keeps every sample up to kMaxLatencySamples, then a uniform reservoir of all `seen`.
+void SoakClient::Sample(std::vector<double>& samples, uint64_t seen, double us) {
+  if (samples.size() < kMaxLatencySamples) {
+    samples.push_back(us);
+  } else if (const uint64_t slot = rng_() % seen; slot < kMaxLatencySamples) {
+    samples[slot] = us;
+  }
+}
+
+void SoakClient::Record(absl::string_view rpc, Clock::time_point start) {
+  const double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+  const int64_t calls = ++stats_.rpcs[std::string(rpc)];
+  Sample(stats_.latency_us, static_cast<uint64_t>(stats_.RequestsSent()), us);
+  if (rpc == "Execute") Sample(stats_.execute_latency_us, static_cast<uint64_t>(calls), us);
+}
+
+void SoakClient::Problem(bool wrong_result, std::string what) {
+  (wrong_result ? stats_.wrong_results : stats_.unexpected_errors)++;
+  if (stats_.problems.size() < kMaxProblemsPerClient) {
+    stats_.problems.push_back(absl::StrCat("client ", index_, ": ", what));
+  }
+}
+
+bool SoakClient::ExpectOk(absl::string_view what, const absl::Status& status) {
+  if (status.ok()) return true;
+  Problem(/*wrong_result=*/false, absl::StrCat(what, ": ", StatusText(status)));
+  return false;
+}
+
+std::string SoakClient::NewName(absl::string_view kind) {
+  return absl::StrCat(prefix_, kind, next_name_++);
+}
+
+std::string SoakClient::RandomStoredName() {
+  auto it = stored_.begin();
+  std::advance(it, static_cast<long>(rng_() % stored_.size()));
+  return it->first;
+}
+
+bool SoakClient::PutChecked(const std::string& name, const client::HostTensor& tensor,
+                            bool overwrite) {
+  const Clock::time_point start = Clock::now();
+  absl::StatusOr<v1::TensorInfo> info = client_->PutTensor(name, tensor, overwrite);
+  Record("PutTensor", start);
+  if (!ExpectOk(absl::StrCat("PutTensor ", name), info.status())) return false;
+  if (info->name() != name || info->dtype() != tensor.dtype ||
+      std::vector<int64_t>(info->shape().begin(), info->shape().end()) != tensor.shape ||
+      info->bytes() != tensor.data.size()) {
+    Problem(/*wrong_result=*/true,
+            absl::StrCat("PutTensor ", name, " answered ", info->ShortDebugString()));
+    return false;
+  }
+  stored_[name] = Stored{FromHost(tensor)};
+  return true;
+}
+
+// ---- the mix ----
+
+void SoakClient::RunPhase(Clock::time_point deadline) {
+  const std::string anchor = absl::StrCat(prefix_, "anchor");
+  const float anchor_values[4] = {1, 2, 3, 4};
+  Clock::time_point start = Clock::now();
+  absl::Status put = client_
+                         ->PutTensor(anchor, v1::FLOAT32, {4}, anchor_values, sizeof anchor_values,
+                                     /*overwrite=*/true)
+                         .status();
+  Record("PutTensor", start);
+  ExpectOk("PutTensor anchor", put);
+
+  for (int64_t i = 0; i < kMaxActionsPerPhase && Clock::now() < deadline; ++i) {
+    const int roll = static_cast<int>(rng_() % 100);
+    if (roll < 35) {
+      Graph();
+    } else if (roll < 45) {
+      if (stored_.size() < kMaxStored) {
+        PutNew();
+      } else {
+        Delete();
+      }
+    } else if (roll < 50) {
+      PutOverwrite();
+    } else if (roll < 62) {
+      Get();
+    } else if (roll < 70) {
+      Delete();
+    } else if (roll < 73) {
+      List();
+    } else {
+      Malformed();
+    }
+  }
+  Cleanup();
+}
+
+void SoakClient::PutNew() {
+  const OpCase& c = kOps[rng_() % std::size(kOps)];
+  const v1::DType dtype = c.dtypes[rng_() % c.dtypes.size()];
+  PutChecked(NewName("t"), RandomTensor(dtype, DrawShape(c, rng_), rng_), /*overwrite=*/false);
+}
+
+void SoakClient::PutOverwrite() {
+  if (stored_.empty()) return PutNew();
+  const OpCase& c = kOps[rng_() % std::size(kOps)];
+  const v1::DType dtype = c.dtypes[rng_() % c.dtypes.size()];
+  PutChecked(RandomStoredName(), RandomTensor(dtype, DrawShape(c, rng_), rng_),
+             /*overwrite=*/true);
+}
+
+void SoakClient::Get() {
+  if (stored_.empty()) return PutNew();
+  const std::string name = RandomStoredName();
+  const Clock::time_point start = Clock::now();
+  absl::StatusOr<client::HostTensor> got = client_->GetTensor(name);
+  Record("GetTensor", start);
+  if (!ExpectOk(absl::StrCat("GetTensor ", name), got.status())) return;
+  ++stats_.results_checked;
+  Stored& s = stored_[name];
+  if (absl::Status same = Compare(s.ref, *got); !same.ok()) {
+    Problem(/*wrong_result=*/true, absl::StrCat("GetTensor ", name, ": ", same.message()));
+    return;
+  }
+  // A server output within tolerance: from now on its exact bytes are known.
+  if (!s.ref.Exact()) s.ref = FromHost(*got);
+}
+
+void SoakClient::Delete() {
+  if (stored_.empty()) return PutNew();
+  const std::string name = RandomStoredName();
+  const Clock::time_point start = Clock::now();
+  absl::StatusOr<v1::TensorInfo> info = client_->DeleteTensor(name);
+  Record("DeleteTensor", start);
+  const RefTensor ref = std::move(stored_[name].ref);
+  stored_.erase(name);
+  if (!ExpectOk(absl::StrCat("DeleteTensor ", name), info.status())) return;
+  if (info->name() != name || info->dtype() != ref.dtype || info->bytes() != ref.Bytes()) {
+    Problem(/*wrong_result=*/true,
+            absl::StrCat("DeleteTensor ", name, " answered ", info->ShortDebugString()));
+  }
+}
+
+void SoakClient::List() {
+  const Clock::time_point start = Clock::now();
+  absl::StatusOr<std::vector<v1::TensorInfo>> list = client_->ListTensors();
+  Record("ListTensors", start);
+  if (!ExpectOk("ListTensors", list.status())) return;
+  ++stats_.results_checked;
+  std::set<std::string> mine;
+  for (const v1::TensorInfo& info : *list) {
+    if (!absl::StartsWith(info.name(), prefix_)) continue;
+    mine.insert(info.name());
+    const auto it = stored_.find(info.name());
+    if (info.name() == prefix_ + "anchor") continue;
+    if (it == stored_.end()) {
+      // A name of a failed request (under bad/) or one this client deleted.
+      Problem(/*wrong_result=*/true,
+              absl::StrCat("ListTensors shows ", info.name(), ", which should not be stored"));
+    } else if (info.bytes() != it->second.ref.Bytes() || info.dtype() != it->second.ref.dtype) {
+      Problem(/*wrong_result=*/true,
+              absl::StrCat("ListTensors: ", info.ShortDebugString(), " differs from the model"));
+    }
+  }
+  for (const auto& [name, s] : stored_) {
+    if (!mine.count(name)) {
+      Problem(/*wrong_result=*/true, absl::StrCat("ListTensors lacks ", name));
+    }
+  }
+}
+
+SoakClient::GraphInput SoakClient::DrawInput(const std::string& op, int which,
+                                             const std::vector<int64_t>& shape, v1::DType dtype) {
+  GraphInput in;
+  in.stored = Chance(rng_, 50);
+  const OpCase* c = FindOpCase(op);
+  // Reuse a stored tensor the op accepts, when there is one, for input 0 of one-input ops.
+  if (in.stored && which == 0 && op != "matmul" && Chance(rng_, 50)) {
+    for (const auto& [name, s] : stored_) {
+      if (s.ref.Exact() && Accepts(*c, s.ref)) {
+        in.name = name;
+        in.ref = s.ref;
+        return in;
+      }
+    }
+  }
+  in.host = RandomTensor(dtype, shape, rng_);
+  in.ref = FromHost(in.host);
+  if (!in.stored) {
+    in.name = absl::StrCat("x", which);
+    return in;
+  }
+  in.name = NewName("in");
+  if (!PutChecked(in.name, in.host, /*overwrite=*/false)) in.name.clear();
+  return in;
+}
+
+void SoakClient::Graph() {
+  // Room for up to two uploaded inputs, made before any input is chosen so that no input can
+  // be deleted while in use.
+  while (stored_.size() + 2 > kMaxStored) Delete();
+  const OpCase& c = kOps[next_op_++ % std::size(kOps)];
+  const v1::DType dtype = c.dtypes[rng_() % c.dtypes.size()];
+  const std::vector<int64_t> shape = DrawShape(c, rng_);
+
+  std::vector<GraphInput> inputs;
+  inputs.push_back(DrawInput(c.op, 0, shape, dtype));
+  if (std::string(c.op) == "matmul") {
+    const RefTensor& a = inputs[0].ref;
+    inputs.push_back(DrawInput(c.op, 1, {a.shape[1], Dim(rng_)}, a.dtype));
+  }
+  for (const GraphInput& in : inputs) {
+    if (in.name.empty()) return;  // its upload failed, already counted
+  }
+
+  // The first node, and sometimes a second fed by it: transpose feeds any op that takes its
+  // output, and a matmul's output is transposed.
+  v1::ExecuteRequest request;
+  std::vector<std::string> ops = {c.op};
+  v1::Node* first = request.add_nodes();
+  first->set_id("first");
+  first->set_op(c.op);
+  for (const GraphInput& in : inputs) {
+    if (in.stored) {
+      first->add_inputs()->set_stored(in.name);
+    } else {
+      first->add_inputs()->set_inline_name(in.name);
+      (*request.mutable_inline_tensors())[in.name] = client::ToProto(in.host);
+    }
+  }
+  absl::StatusOr<RefTensor> first_ref = Reference(
+      c.op, inputs.size() == 1 ? std::vector<const RefTensor*>{&inputs[0].ref}
+                               : std::vector<const RefTensor*>{&inputs[0].ref, &inputs[1].ref});
+  if (!first_ref.ok()) {
+    Problem(/*wrong_result=*/true, absl::StrCat("reference: ", first_ref.status().message()));
+    return;
+  }
+  std::vector<RefTensor> refs = {*std::move(first_ref)};
+  if (Chance(rng_, 25)) {
+    std::vector<const OpCase*> next;
+    if (ops[0] == "transpose") {
+      for (const OpCase& n : kOps) {
+        if (Accepts(n, refs[0])) next.push_back(&n);
+      }
+    } else if (ops[0] == "matmul") {
+      next.push_back(FindOpCase("transpose"));
+    }
+    if (!next.empty()) {
+      const OpCase& n = *next[rng_() % next.size()];
+      v1::Node* second = request.add_nodes();
+      second->set_id("second");
+      second->set_op(n.op);
+      second->add_inputs()->set_node("first");
+      std::vector<const RefTensor*> second_inputs = {&refs[0]};
+      RefTensor b;
+      if (std::string(n.op) == "matmul") {
+        client::HostTensor host = RandomTensor(refs[0].dtype, {refs[0].shape[1], Dim(rng_)}, rng_);
+        b = FromHost(host);
+        second->add_inputs()->set_inline_name("b2");
+        (*request.mutable_inline_tensors())["b2"] = client::ToProto(host);
+        second_inputs.push_back(&b);
+      }
+      absl::StatusOr<RefTensor> second_ref = Reference(n.op, second_inputs);
+      if (!second_ref.ok()) {
+        Problem(/*wrong_result=*/true, absl::StrCat("reference: ", second_ref.status().message()));
+        return;
+      }
+      refs.push_back(*std::move(second_ref));
+      ops.push_back(n.op);
+    }
+  }
+  const std::string last = refs.size() == 1 ? "first" : "second";
+  v1::OutputSpec* out = request.add_outputs();
+  out->set_node(last);
+  out->set_return_inline(true);
+  if (refs.size() == 2 && Chance(rng_, 50)) {
+    v1::OutputSpec* also = request.add_outputs();
+    also->set_node("first");
+    also->set_return_inline(true);
+  }
+  std::string store_as;
+  if (Chance(rng_, 20)) {
+    const bool replace = stored_.size() >= kMaxStored;
+    store_as = replace ? RandomStoredName() : NewName("out");
+    v1::OutputSpec* keep = request.add_outputs();
+    keep->set_node(last);
+    keep->set_store_as(store_as);
+    keep->set_overwrite(replace);
+  }
+
+  const Clock::time_point start = Clock::now();
+  absl::StatusOr<v1::ExecuteResponse> response = client_->Execute(request);
+  Record("Execute", start);
+  const std::string what = absl::StrCat(
+      "Execute ", absl::StrJoin(ops, "->"), " ", client::DTypeName(inputs[0].ref.dtype),
+      client::ShapeString(inputs[0].ref.shape), inputs[0].stored ? " stored" : " inline");
+  if (!ExpectOk(what, response.status())) {
+    if (!store_as.empty()) stored_.erase(store_as);  // an overwrite may or may not have landed
+    return;
+  }
+  ++stats_.graphs[absl::StrCat(c.op, inputs[0].stored ? "/stored" : "/inline")];
+  if (response->nodes_size() != static_cast<int>(refs.size())) {
+    Problem(/*wrong_result=*/true,
+            absl::StrCat(what, ": ", response->nodes_size(), " node results"));
+  }
+  int returned = 0;
+  for (const v1::NamedTensor& named : response->outputs()) {
+    const RefTensor& ref = named.node() == "first" ? refs[0] : refs.back();
+    absl::StatusOr<client::HostTensor> got = client::FromProto(named.tensor());
+    ++stats_.results_checked;
+    ++returned;
+    absl::Status same = got.ok() ? Compare(ref, *got) : got.status();
+    if (!same.ok()) {
+      Problem(/*wrong_result=*/true,
+              absl::StrCat(what, ": output ", named.node(), ": ", same.message()));
+    }
+  }
+  if (returned != request.outputs_size() - (store_as.empty() ? 0 : 1)) {
+    Problem(/*wrong_result=*/true, absl::StrCat(what, ": ", returned, " outputs returned"));
+  }
+  if (!store_as.empty()) {
+    const bool listed = response->stored_size() == 1 && response->stored(0).name() == store_as &&
+                        response->stored(0).bytes() == refs.back().Bytes();
+    if (!listed) {
+      Problem(/*wrong_result=*/true, absl::StrCat(what, ": stored ", response->ShortDebugString()));
+    }
+    stored_[store_as] = Stored{refs.back()};
+  }
+}
+
+void SoakClient::Malformed() {
+  const std::span<const MalformedKind> kinds = MalformedKinds();
+  const MalformedKind& kind = kinds[next_malformed_++ % kinds.size()];
+  MalformedContext ctx{*client_, *stub_, prefix_ + "bad/", prefix_ + "anchor", kCallTimeout};
+  const Clock::time_point start = Clock::now();
+  const absl::Status status = kind.send(ctx);
+  Record("Malformed", start);
+  if (status.code() == kind.expected) {
+    ++stats_.malformed[kind.name];
+    return;
+  }
+  Problem(/*wrong_result=*/false,
+          absl::StrCat("malformed ", kind.name, ": expected ",
+                       absl::StatusCodeToString(kind.expected), ", got ", StatusText(status)));
+}
+
+void SoakClient::Cleanup() {
+  while (!stored_.empty()) Delete();
+  Clock::time_point start = Clock::now();
+  absl::Status deleted = client_->DeleteTensor(prefix_ + "anchor").status();
+  Record("DeleteTensor", start);
+  ExpectOk("DeleteTensor anchor", deleted);
+  start = Clock::now();
+  absl::StatusOr<std::vector<v1::TensorInfo>> list = client_->ListTensors();
+  Record("ListTensors", start);
+  if (!ExpectOk("ListTensors after cleanup", list.status())) return;
+  for (const v1::TensorInfo& info : *list) {
+    if (absl::StartsWith(info.name(), prefix_)) {
+      Problem(/*wrong_result=*/true,
+              absl::StrCat("after cleanup the server still holds ", info.name()));
+    }
+  }
+}
+
+}  // namespace opserve::soak
