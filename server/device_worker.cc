@@ -64,6 +64,7 @@ void DeviceWorker::Loop(std::promise<absl::Status>* started) {
       ++running_;
     }
     Completion done = job(**env);
+    job = nullptr;  // what the job held (a plan, its tensors) goes before the reply
     {
       std::lock_guard<std::mutex> lock(mu_);
       --running_;

@@ -35,8 +35,8 @@ absl::Status ExecutePlan(const Plan& plan, const ExecuteContext& ctx,
       const PlanInline& pi = plan.inlines[in.index];
       auto buffer = ctx.env->Allocate(pi.meta.Bytes());
       if (!buffer.ok()) {
-        return absl::Status(buffer.status().code(), absl::StrCat("inline tensor '", pi.name,
-                                                                  "': ", buffer.status().message()));
+        return absl::Status(buffer.status().code(), absl::StrCat("inline tensor ", Quote(pi.name),
+                                                                  ": ", buffer.status().message()));
       }
       RETURN_IF_ERROR(ctx.env->CopyIn(**buffer, pi.data->data(), pi.data->size()));
       inline_buffers[in.index] = *std::move(buffer);

@@ -8,7 +8,6 @@
 namespace opserve {
 namespace {
 
-std::string Quote(absl::string_view s) { return absl::StrCat("'", s, "'"); }
 
 std::string AlgorithmNames(const std::vector<const AlgoSpec*>& algos) {
   std::vector<absl::string_view> names;

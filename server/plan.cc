@@ -13,7 +13,6 @@ namespace {
 // Ids come back in every NodeResult and error message: keep them short.
 constexpr size_t kMaxNodeIdBytes = 256;
 
-std::string Quote(absl::string_view s) { return absl::StrCat("'", s, "'"); }
 
 // Prefixes a status message with the node it is about, keeping the code.
 absl::Status AtNode(const absl::Status& s, absl::string_view id, absl::string_view op) {

@@ -18,7 +18,7 @@ absl::Status PutAssembly::OnMessage(const v1::PutTensorRequest& msg) {
 
 absl::Status PutAssembly::OnHeader(const v1::PutTensorHeader& h) {
   if (tensor_) return absl::InvalidArgumentError("a second header arrived; send one per stream");
-  const std::string what = absl::StrCat("tensor '", h.name(), "'");
+  const std::string what = absl::StrCat("tensor ", Quote(h.name()));
   RETURN_IF_ERROR(CheckTensorName(h.name(), what));
   ASSIGN_OR_RETURN(TensorMeta meta, MetaFromProto(h.dtype(), h.shape(), limits_.max_tensor_bytes, what));
   RETURN_IF_ERROR(store_.CheckFree(h.name(), h.overwrite(), ns_));
@@ -37,7 +37,7 @@ absl::Status PutAssembly::OnChunk(const std::string& chunk) {
   const uint64_t expected = tensor_->meta.Bytes();
   if (chunk.size() > expected - received_) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "tensor '", tensor_->name, "': received more than the ", expected, " bytes that ",
+        "tensor ", Quote(tensor_->name), ": received more than the ", expected, " bytes that ",
         tensor_->meta.DebugString(), " holds (", received_ + chunk.size(), " so far)"));
   }
   RETURN_IF_ERROR(uploader_->Append(chunk.data(), chunk.size()));
@@ -48,7 +48,7 @@ absl::Status PutAssembly::OnChunk(const std::string& chunk) {
 absl::Status PutAssembly::Commit(v1::TensorInfo* info) {
   if (!tensor_) return absl::InvalidArgumentError("the upload ended before its header");
   if (received_ != tensor_->meta.Bytes()) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor '", tensor_->name, "': received ",
+    return absl::InvalidArgumentError(absl::StrCat("tensor ", Quote(tensor_->name), ": received ",
                                                    received_, " bytes, expected ",
                                                    tensor_->meta.Bytes(), " for ",
                                                    tensor_->meta.DebugString()));

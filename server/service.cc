@@ -15,10 +15,11 @@ double MicrosSince(Clock::time_point t) {
 
 // Deadline and cancellation, checked between nodes so abandoned work stops early.
 absl::Status CheckAlive(grpc::CallbackServerContext* ctx) {
-  if (ctx->IsCancelled()) return absl::CancelledError("the client cancelled the request");
+  // The deadline first: gRPC also marks an expired call cancelled.
   if (std::chrono::system_clock::now() > ctx->deadline()) {
     return absl::DeadlineExceededError("the request's deadline passed");
   }
+  if (ctx->IsCancelled()) return absl::CancelledError("the client cancelled the request");
   return absl::OkStatus();
 }
 
@@ -169,8 +170,11 @@ grpc::ServerUnaryReactor* OpServeService::Execute(grpc::CallbackServerContext* c
     }
     resp->mutable_timing()->set_queue_us(queue_us);
     if (!backend_.Healthy().ok() && on_unhealthy_) on_unhealthy_();
-    UpdateStoreGauges();
-    return [finish, s] { finish(s); };
+    // The plan (and the stored tensors it holds) is gone by the time this runs.
+    return [this, finish, s] {
+      UpdateStoreGauges();
+      finish(s);
+    };
   });
   if (!queued.ok()) finish(queued);
   return reactor;

@@ -2,6 +2,7 @@
 
 #include <limits>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -48,6 +49,12 @@ int64_t TensorMeta::NumElements() const {
 
 std::string ShapeString(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
+}
+
+std::string Quote(absl::string_view name) {
+  constexpr size_t kMaxShown = 64;
+  if (name.size() <= kMaxShown) return absl::StrCat("'", absl::CEscape(name), "'");
+  return absl::StrCat("'", absl::CEscape(name.substr(0, kMaxShown)), "...' (", name.size(), " bytes)");
 }
 
 std::string TensorMeta::DebugString() const {

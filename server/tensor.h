@@ -35,6 +35,10 @@ struct TensorMeta {
 
 std::string ShapeString(const std::vector<int64_t>& shape);  // "[4096,4096]"
 
+// A client-supplied name for an error message: quoted, C-escaped, and cut to 64 bytes, so that
+// no request can make an answer arbitrarily large (gRPC refuses oversized status metadata).
+std::string Quote(absl::string_view name);
+
 // Checks a client-supplied dtype and shape: a known dtype, rank 0..4, every dimension >= 1, and
 // a byte count that neither overflows nor exceeds `max_bytes`. `what` names the culprit in the
 // message ("tensor 'A'", "inline tensor 'x'").

@@ -17,8 +17,8 @@ absl::Status CheckTensorName(const std::string& name, absl::string_view what) {
                     c == '_' || c == '.' || c == ':' || c == '/' || c == '-';
     if (!ok) {
       return absl::InvalidArgumentError(
-          absl::StrCat(what, ": tensor name '", absl::CEscape(name),
-                       "' may only hold letters, digits and _ . : / -"));
+          absl::StrCat(what, ": tensor name ", Quote(name),
+                       " may only hold letters, digits and _ . : / -"));
     }
   }
   return absl::OkStatus();
@@ -29,7 +29,7 @@ absl::StatusOr<StoredTensorPtr> TensorStore::Get(const std::string& name,
   std::lock_guard<std::mutex> lock(mu_);
   auto it = tensors_.find({ns, name});
   if (it == tensors_.end()) {
-    return absl::NotFoundError(absl::StrCat("tensor '", name, "' is not stored on this server"));
+    return absl::NotFoundError(absl::StrCat("tensor ", Quote(name), " is not stored on this server"));
   }
   return it->second;
 }
@@ -37,7 +37,7 @@ absl::StatusOr<StoredTensorPtr> TensorStore::Get(const std::string& name,
 absl::Status TensorStore::CheckFreeLocked(const Key& key, bool overwrite) const {
   if (!overwrite && tensors_.count(key) > 0) {
     return absl::AlreadyExistsError(
-        absl::StrCat("tensor '", key.second, "' already exists; set overwrite to replace it"));
+        absl::StrCat("tensor ", Quote(key.second), " already exists; set overwrite to replace it"));
   }
   return absl::OkStatus();
 }
@@ -63,7 +63,7 @@ absl::StatusOr<StoredTensorPtr> TensorStore::Erase(const std::string& name,
   std::lock_guard<std::mutex> lock(mu_);
   auto it = tensors_.find({ns, name});
   if (it == tensors_.end()) {
-    return absl::NotFoundError(absl::StrCat("tensor '", name, "' is not stored on this server"));
+    return absl::NotFoundError(absl::StrCat("tensor ", Quote(name), " is not stored on this server"));
   }
   StoredTensorPtr t = std::move(it->second);
   tensors_.erase(it);

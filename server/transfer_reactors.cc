@@ -115,7 +115,8 @@ class GetReactor final : public grpc::ServerWriteReactor<v1::GetTensorResponse> 
   void Complete(const absl::Status& s) {
     if (s.ok() && svc_->metrics()) svc_->metrics()->RecordTransfer("download", sent_);
     svc_->RecordRpc("GetTensor", s, start_);
-    tensor_.reset();
+    tensor_.reset();  // may be the last reference to a tensor deleted meanwhile
+    svc_->UpdateStoreGauges();
     Finish(ToGrpcStatus(s));
   }
 

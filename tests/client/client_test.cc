@@ -1,9 +1,29 @@
-// The client library against the in-process fake server: chunked transfers, status mapping,
-// bearer tokens, deadlines and health.
+// The client library against the real `opserve` binary (CPU backend, started per test through
+// tests/e2e/server_process.h): chunked transfers, status mapping, bearer tokens, deadlines and
+// health.
+//
+// Mock nothing that can run here. The in-process fake (fake_opserve.h) remains only for what the
+// real server cannot be made to do:
+//  - require the x-opserve-session metadata: the real server ignores it; only the proxy in front
+//    of the replicas reads it (docs/DEPLOY.md), and no such proxy runs in this test;
+//  - store a zero-element tensor: the real server refuses dimensions < 1, so the client's
+//    handling of an announced size of 0 (an info and no chunks) can only be reached through
+//    the fake; the real server's refusal is tested here too;
+//  - send a malformed GetTensor stream (a chunk before the info, more or fewer bytes than
+//    announced, an inconsistent or a second info, an absurd size): the client must turn each
+//    into an error, and no correct server sends one.
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
 #include "client/opserve_client.h"
 #include "fake_opserve.h"
 #include "gmock/gmock.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
+#include "tests/e2e/server_process.h"
 
 namespace opserve::client {
 namespace {
@@ -19,17 +39,44 @@ HostTensor Pattern(v1::DType dtype, std::vector<int64_t> shape) {
   return tensor;
 }
 
+HostTensor Floats(std::vector<int64_t> shape, const std::vector<float>& values) {
+  HostTensor tensor;
+  tensor.dtype = v1::FLOAT32;
+  tensor.shape = std::move(shape);
+  tensor.data.assign(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+  return tensor;
+}
+
+// A real server per test, on the CPU backend, 127.0.0.1 and a free port.
 class ClientTest : public ::testing::Test {
  protected:
   void SetUp() override { Start({}); }
 
-  void Start(testing::FakeServerOptions server_options, ClientOptions options = {}) {
-    server_ = testing::FakeServer::Start(server_options);
-    ASSERT_NE(server_, nullptr);
+  void Start(std::vector<std::string> flags, ClientOptions options = {}) {
+    client_.reset();
+    server_.reset();
+    std::vector<std::string> all = {"--host=127.0.0.1", "--port=0", "--metrics_port=-1",
+                                    "--device=cpu"};
+    all.insert(all.end(), flags.begin(), flags.end());
+    auto server = e2e::ServerProcess::Start(e2e::OpserveBinary(), all);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    client_ = Connect(options);
+    ASSERT_NE(client_, nullptr);
+  }
+
+  std::unique_ptr<Client> Connect(ClientOptions options = {}) {
     options.target = server_->target();
+    if (options.timeout == absl::InfiniteDuration()) options.timeout = absl::Seconds(60);
     absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
-    ASSERT_TRUE(client.ok()) << client.status();
-    client_ = *std::move(client);
+    EXPECT_TRUE(client.ok()) << client.status();
+    return client.ok() ? *std::move(client) : nullptr;
+  }
+
+  void TearDown() override {
+    if (HasFailure() && server_) std::cerr << "---- opserve output ----\n" << server_->Output();
+    client_.reset();
+    server_.reset();
   }
 
   void ExpectRoundTrip(const HostTensor& tensor) {
@@ -43,7 +90,7 @@ class ClientTest : public ::testing::Test {
     EXPECT_TRUE(back->data == tensor.data);
   }
 
-  std::unique_ptr<testing::FakeServer> server_;
+  std::unique_ptr<e2e::ServerProcess> server_;
   std::unique_ptr<Client> client_;
 };
 
@@ -54,32 +101,56 @@ TEST_F(ClientTest, HealthServing) {
 }
 
 TEST_F(ClientTest, RoundTripsEdgeShapes) {
-  ExpectRoundTrip(Pattern(v1::FLOAT32, {}));
-  ExpectRoundTrip(Pattern(v1::INT32, {0}));
-  ExpectRoundTrip(Pattern(v1::INT64, {3, 0, 5}));
+  ExpectRoundTrip(Pattern(v1::FLOAT32, {}));  // a scalar
+  ExpectRoundTrip(Pattern(v1::INT32, {1}));
+  ExpectRoundTrip(Pattern(v1::INT64, {3, 1, 5}));
   ExpectRoundTrip(Pattern(v1::FLOAT32, {17, 3}));
+  ExpectRoundTrip(Pattern(v1::BFLOAT16, {7}));
+  ExpectRoundTrip(Pattern(v1::INT32, {(1 << 18) + 3}));  // one past a chunk, not a multiple of it
+  // Zero-element shapes: the real server refuses them, and the client passes the refusal on.
+  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{0}, std::vector<int64_t>{3, 0, 5}}) {
+    absl::Status s = client_->PutTensor("z", Pattern(v1::INT32, shape), false).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("must be >= 1"));
+  }
+}
+
+// The real server cannot hold a zero-element tensor: this round trip needs the fake.
+TEST(ClientAgainstFake, RoundTripsZeroElementTensors) {
+  auto server = testing::FakeServer::Start({});
+  ASSERT_NE(server, nullptr);
+  ClientOptions options;
+  options.target = server->target();
+  auto client = Client::Connect(options);
+  ASSERT_TRUE(client.ok());
+  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{0}, std::vector<int64_t>{3, 0, 5}}) {
+    const HostTensor tensor = Pattern(v1::INT64, shape);
+    ASSERT_TRUE((*client)->PutTensor("z", tensor, true).ok());
+    absl::StatusOr<HostTensor> back = (*client)->GetTensor("z");
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->shape, shape);
+    EXPECT_TRUE(back->data.empty());
+  }
 }
 
 // Chunks that do not divide the tensor, tiny chunks, and one chunk exactly the size.
-TEST(ClientChunking, RoundTripsWithAnyChunkSize) {
+TEST_F(ClientTest, RoundTripsWithAnyChunkSize) {
   for (int64_t chunk : {1, 7, 1000, 4096, 1 << 20}) {
-    auto server = testing::FakeServer::Start({});
-    ASSERT_NE(server, nullptr);
     ClientOptions options;
-    options.target = server->target();
     options.chunk_bytes = chunk;
-    auto client = Client::Connect(options);
-    ASSERT_TRUE(client.ok());
+    std::unique_ptr<Client> client = Connect(options);
+    ASSERT_NE(client, nullptr);
     const HostTensor tensor = Pattern(v1::FLOAT32, {chunk == 1 ? 33 : 4096, 3});
-    ASSERT_TRUE((*client)->PutTensor("t", tensor, false).ok()) << chunk;
-    absl::StatusOr<HostTensor> back = (*client)->GetTensor("t");
+    ASSERT_TRUE(client->PutTensor("t", tensor, /*overwrite=*/true).ok()) << chunk;
+    absl::StatusOr<HostTensor> back = client->GetTensor("t");
     ASSERT_TRUE(back.ok()) << back.status();
     EXPECT_TRUE(back->data == tensor.data) << "chunk " << chunk;
   }
 }
 
 TEST_F(ClientTest, RoundTripsTensorsLargerThanTheMessageLimit) {
-  ExpectRoundTrip(Pattern(v1::INT64, {5 << 20}));  // 40 MiB: ten times gRPC's default limit
+  Start({"--max_message_bytes=4194304"});  // gRPC's default limit
+  ExpectRoundTrip(Pattern(v1::INT64, {5 << 20}));  // 40 MiB: ten times the server's limit
 }
 
 TEST_F(ClientTest, ChecksTheByteCountBeforeSending) {
@@ -92,19 +163,53 @@ TEST_F(ClientTest, ChecksTheByteCountBeforeSending) {
   EXPECT_EQ(info.status().code(), absl::StatusCode::kInvalidArgument);
   info = client_->PutTensor("", tensor, false);
   EXPECT_EQ(info.status().code(), absl::StatusCode::kInvalidArgument);
+  // None of them reached the server.
+  absl::StatusOr<std::vector<v1::TensorInfo>> listed = client_->ListTensors();
+  ASSERT_TRUE(listed.ok());
+  EXPECT_TRUE(listed->empty());
 }
 
-// The fake refuses right after the header, while chunks are still being sent.
+// The client's status is the server's: the same code and message the generated stub receives
+// for the same call. The put is refused at its header, while its 4 MiB of chunks are still
+// being sent.
 TEST_F(ClientTest, KeepsTheServersCodeAndMessage) {
+  auto stub = v1::OpServe::NewStub(
+      grpc::CreateChannel(server_->target(), grpc::InsecureChannelCredentials()));
   const HostTensor tensor = Pattern(v1::FLOAT32, {1 << 20});
   ASSERT_TRUE(client_->PutTensor("t", tensor, false).ok());
   absl::StatusOr<v1::TensorInfo> again = client_->PutTensor("t", tensor, false);
+  grpc::Status raw_again;
+  {
+    grpc::ClientContext ctx;
+    v1::PutTensorResponse resp;
+    auto writer = stub->PutTensor(&ctx, &resp);
+    v1::PutTensorRequest header;
+    header.mutable_header()->set_name("t");
+    header.mutable_header()->set_dtype(v1::FLOAT32);
+    header.mutable_header()->add_shape(1 << 20);
+    writer->Write(header);
+    writer->WritesDone();
+    raw_again = writer->Finish();
+  }
   EXPECT_EQ(again.status().code(), absl::StatusCode::kAlreadyExists);
-  EXPECT_EQ(again.status().message(), "tensor 't' exists");
+  EXPECT_EQ(static_cast<int>(again.status().code()), static_cast<int>(raw_again.error_code()));
+  EXPECT_EQ(again.status().message(), raw_again.error_message());
 
   absl::StatusOr<HostTensor> missing = client_->GetTensor("nope");
+  grpc::Status raw_missing;
+  {
+    grpc::ClientContext ctx;
+    v1::GetTensorRequest req;
+    req.set_name("nope");
+    auto reader = stub->GetTensor(&ctx, req);
+    v1::GetTensorResponse msg;
+    while (reader->Read(&msg)) {
+    }
+    raw_missing = reader->Finish();
+  }
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(missing.status().message(), "no tensor 'nope'");
+  EXPECT_EQ(missing.status().message(), raw_missing.error_message());
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("'nope'"));
   EXPECT_EQ(client_->DeleteTensor("nope").status().code(), absl::StatusCode::kNotFound);
 }
 
@@ -123,47 +228,127 @@ TEST_F(ClientTest, ListsAndDeletes) {
 }
 
 TEST_F(ClientTest, ExecuteAndListOps) {
+  absl::StatusOr<v1::ListOpsResponse> ops = client_->ListOps();
+  ASSERT_TRUE(ops.ok()) << ops.status();
+  EXPECT_EQ(ops->backend(), "cpu");
+  const v1::OpInfo* sum = nullptr;
+  for (const v1::OpInfo& op : ops->ops()) {
+    if (op.name() == "sum") sum = &op;
+  }
+  ASSERT_NE(sum, nullptr);
+
   v1::ExecuteRequest request;
   v1::Node* node = request.add_nodes();
   node->set_id("n");
   node->set_op("sum");
-  (*request.mutable_inline_tensors())["x"] = ToProto(Pattern(v1::FLOAT32, {3}));
+  node->add_inputs()->set_inline_name("x");
+  (*request.mutable_inline_tensors())["x"] = ToProto(Floats({3}, {1.5f, 2.f, -0.25f}));
+  v1::OutputSpec* out = request.add_outputs();
+  out->set_node("n");
+  out->set_return_inline(true);
   absl::StatusOr<v1::ExecuteResponse> response = client_->Execute(request);
   ASSERT_TRUE(response.ok()) << response.status();
-  EXPECT_EQ(response->nodes(0).algorithm(), "fake");
-  EXPECT_EQ(response->outputs(0).tensor().data(), request.inline_tensors().at("x").data());
-  absl::StatusOr<v1::ListOpsResponse> ops = client_->ListOps();
-  ASSERT_TRUE(ops.ok());
-  EXPECT_EQ(ops->ops(0).name(), "sum");
+  ASSERT_EQ(response->nodes_size(), 1);
+  EXPECT_EQ(response->nodes(0).id(), "n");
+  EXPECT_EQ(response->nodes(0).algorithm(), sum->default_algorithm());
+  ASSERT_EQ(response->outputs_size(), 1);
+  absl::StatusOr<HostTensor> result = FromProto(response->outputs(0).tensor());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->shape, std::vector<int64_t>{});
+  float value = 0;
+  std::memcpy(&value, result->data.data(), sizeof value);
+  EXPECT_EQ(value, 3.25f);
 }
 
+// A per-call timeout shorter than the work: two 768^3 matmuls on the CPU backend take far more
+// than 50 ms. The client's default (none here) is untouched by it.
 TEST_F(ClientTest, PerCallDeadline) {
+  ASSERT_TRUE(client_->PutTensor("a", Pattern(v1::BFLOAT16, {768, 768}), false).ok());
   v1::ExecuteRequest request;
-  v1::Node* node = request.add_nodes();
-  node->set_op("sleep");
-  (*node->mutable_attrs())["ms"].set_i(500);
+  for (const char* id : {"m1", "m2"}) {
+    v1::Node* node = request.add_nodes();
+    node->set_id(id);
+    node->set_op("matmul");
+    node->add_inputs()->set_stored("a");
+    node->add_inputs()->set_stored("a");
+  }
   absl::StatusOr<v1::ExecuteResponse> response =
       client_->Execute(request, {.timeout = absl::Milliseconds(50)});
   EXPECT_EQ(response.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(client_->ListTensors().ok());
 }
 
-TEST_F(ClientTest, SendsTheBearerTokenAndSession) {
-  testing::FakeServerOptions server_options;
-  server_options.required_metadata = {{"authorization", "Bearer s3cret"},
-                                      {"x-opserve-session", "s1"}};
-  Start(server_options);
+TEST_F(ClientTest, SendsTheBearerToken) {
+  const std::string tokens = ::testing::TempDir() + "/client_test_tokens.txt";
+  std::ofstream(tokens) << "tenant:s3cret\n";
+  Start({"--auth_tokens_file=" + tokens});
+  std::remove(tokens.c_str());  // read once, at start-up
   EXPECT_EQ(client_->ListTensors().status().code(), absl::StatusCode::kUnauthenticated);
   EXPECT_EQ(client_->PutTensor("t", Pattern(v1::INT32, {1}), false).status().code(),
             absl::StatusCode::kUnauthenticated);
   ClientOptions options;
+  options.bearer_token = "wrong";
+  EXPECT_EQ(Connect(options)->ListTensors().status().code(), absl::StatusCode::kUnauthenticated);
   options.bearer_token = "s3cret";
-  Start(server_options, options);
-  EXPECT_EQ(client_->ListTensors().status().code(), absl::StatusCode::kUnauthenticated);
+  std::unique_ptr<Client> client = Connect(options);
+  EXPECT_TRUE(client->ListTensors().ok());
+  EXPECT_TRUE(client->PutTensor("t", Pattern(v1::INT32, {1}), false).ok());
+  EXPECT_TRUE(client->GetTensor("t").ok());
+}
+
+// The session header is for a proxy (docs/DEPLOY.md) that this test does not run; the real
+// server ignores it, so the fake checks it arrives on every kind of call.
+TEST(ClientAgainstFake, SendsTheSession) {
+  testing::FakeServerOptions server_options;
+  server_options.required_metadata = {{"authorization", "Bearer s3cret"},
+                                      {"x-opserve-session", "s1"}};
+  auto server = testing::FakeServer::Start(server_options);
+  ASSERT_NE(server, nullptr);
+  ClientOptions options;
+  options.target = server->target();
+  options.bearer_token = "s3cret";
+  auto client = Client::Connect(options);
+  ASSERT_TRUE(client.ok());
+  EXPECT_EQ((*client)->ListTensors().status().code(), absl::StatusCode::kUnauthenticated);
   options.session = "s1";
-  Start(server_options, options);
-  EXPECT_TRUE(client_->ListTensors().ok());
-  EXPECT_TRUE(client_->PutTensor("t", Pattern(v1::INT32, {1}), false).ok());
-  EXPECT_TRUE(client_->GetTensor("t").ok());
+  client = Client::Connect(options);
+  ASSERT_TRUE(client.ok());
+  EXPECT_TRUE((*client)->ListTensors().ok());
+  EXPECT_TRUE((*client)->PutTensor("t", Pattern(v1::INT32, {1}), false).ok());
+  EXPECT_TRUE((*client)->GetTensor("t").ok());
+}
+
+// A broken or hostile server's malformed download: an error, never a crash, an overrun or a
+// tensor with the wrong bytes.
+TEST(ClientAgainstFake, MalformedDownloadsAreErrors) {
+  using testing::GetStream;
+  const struct {
+    GetStream stream;
+    absl::StatusCode code;
+    const char* fragment;
+  } cases[] = {
+      {GetStream::kChunkBeforeInfo, absl::StatusCode::kDataLoss, "info first"},
+      {GetStream::kMoreThanAnnounced, absl::StatusCode::kDataLoss, "more"},
+      {GetStream::kFewerThanAnnounced, absl::StatusCode::kDataLoss, "received"},
+      {GetStream::kInconsistentInfo, absl::StatusCode::kDataLoss, "inconsistent"},
+      {GetStream::kTwoInfos, absl::StatusCode::kDataLoss, "info first"},
+      {GetStream::kHugeAnnounced, absl::StatusCode::kResourceExhausted, "cannot allocate"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(static_cast<int>(c.stream));
+    testing::FakeServerOptions server_options;
+    server_options.get_stream = c.stream;
+    auto server = testing::FakeServer::Start(server_options);
+    ASSERT_NE(server, nullptr);
+    ClientOptions options;
+    options.target = server->target();
+    auto client = Client::Connect(options);
+    ASSERT_TRUE(client.ok());
+    ASSERT_TRUE((*client)->PutTensor("t", Pattern(v1::FLOAT32, {1000}), false).ok());
+    absl::StatusOr<HostTensor> got = (*client)->GetTensor("t");
+    EXPECT_EQ(got.status().code(), c.code) << got.status();
+    EXPECT_THAT(std::string(got.status().message()), HasSubstr(c.fragment));
+  }
 }
 
 TEST(ClientConnect, RejectsBadOptions) {

@@ -36,6 +36,7 @@ struct FakeServer::Service final : v1::OpServe::Service {
 
   std::map<std::string, std::string> required_metadata;
   bool reuse_buffers = false;
+  GetStream get_stream = GetStream::kCorrect;
   std::mutex mu;
   std::map<std::string, Stored> tensors;
   std::vector<std::shared_ptr<const std::string>> spare;  // reuse_buffers: freed buffers
@@ -128,6 +129,7 @@ struct FakeServer::Service final : v1::OpServe::Service {
       }
       stored = it->second;
     }
+    if (get_stream != GetStream::kCorrect) return MalformedGet(stored, writer);
     v1::GetTensorResponse message;
     *message.mutable_info() = stored.info;
     if (!writer->Write(message)) return {grpc::StatusCode::CANCELLED, "client went away"};
@@ -136,6 +138,51 @@ struct FakeServer::Service final : v1::OpServe::Service {
       message.set_chunk(stored.data->data() + offset,
                         std::min(chunk, stored.data->size() - offset));
       if (!writer->Write(message)) return {grpc::StatusCode::CANCELLED, "client went away"};
+    }
+    return grpc::Status::OK;
+  }
+
+  // The malformed streams of GetStream; each ends with OK, as a server that believes it did
+  // right would.
+  grpc::Status MalformedGet(const Stored& stored, grpc::ServerWriter<v1::GetTensorResponse>* writer) {
+    v1::GetTensorResponse info;
+    *info.mutable_info() = stored.info;
+    v1::GetTensorResponse data;
+    data.set_chunk(*stored.data);
+    switch (get_stream) {
+      case GetStream::kCorrect:
+        break;
+      case GetStream::kChunkBeforeInfo:
+        writer->Write(data);
+        writer->Write(info);
+        break;
+      case GetStream::kMoreThanAnnounced:
+        data.mutable_chunk()->push_back('!');
+        writer->Write(info);
+        writer->Write(data);
+        break;
+      case GetStream::kFewerThanAnnounced:
+        data.mutable_chunk()->pop_back();
+        writer->Write(info);
+        writer->Write(data);
+        break;
+      case GetStream::kInconsistentInfo:
+        info.mutable_info()->set_bytes(stored.info.bytes() + 4);
+        writer->Write(info);
+        writer->Write(data);
+        break;
+      case GetStream::kTwoInfos:
+        writer->Write(info);
+        writer->Write(info);
+        writer->Write(data);
+        break;
+      case GetStream::kHugeAnnounced:
+        info.mutable_info()->set_dtype(v1::INT64);
+        info.mutable_info()->clear_shape();
+        info.mutable_info()->add_shape(int64_t{1} << 59);
+        info.mutable_info()->set_bytes(uint64_t{1} << 62);
+        writer->Write(info);
+        break;
     }
     return grpc::Status::OK;
   }
@@ -212,6 +259,7 @@ std::unique_ptr<FakeServer> FakeServer::Start(const FakeServerOptions& options) 
   fake->service_ = std::make_unique<Service>();
   fake->service_->required_metadata = options.required_metadata;
   fake->service_->reuse_buffers = options.reuse_buffers;
+  fake->service_->get_stream = options.get_stream;
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.address, grpc::InsecureServerCredentials(), &fake->port_);
   builder.SetMaxReceiveMessageSize(-1);

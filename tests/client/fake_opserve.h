@@ -1,6 +1,10 @@
-// An in-memory stand-in for the opserve server, enough to test the client library and the CLI
-// without a device: it stores tensors, streams them back in chunks, checks bearer tokens and
-// answers Execute with an echo (fake_opserve.cc). It is no reference for op semantics.
+// An in-memory stand-in for the opserve server. The client tests run against the real `opserve`
+// binary; this fake remains only for what the real server cannot be made to do (client_test.cc
+// lists those cases): require the x-opserve-session metadata that only a proxy reads, store
+// zero-element tensors, and send malformed GetTensor streams. transfer_bench also uses it, to
+// measure the transport alone. It stores tensors, streams them back in chunks, checks required
+// metadata and answers Execute with an echo (fake_opserve.cc); it is no reference for op
+// semantics.
 #pragma once
 
 #include <map>
@@ -11,6 +15,18 @@
 
 namespace opserve::testing {
 
+// How GetTensor answers: correctly, or with one of the malformed streams a broken or hostile
+// server could send. The client must turn each into an error, never a crash or a wrong tensor.
+enum class GetStream {
+  kCorrect,
+  kChunkBeforeInfo,       // a chunk, then the info
+  kMoreThanAnnounced,     // the info, the data, then one byte more
+  kFewerThanAnnounced,    // the info, all but the last byte, then OK
+  kInconsistentInfo,      // info.bytes disagrees with dtype x shape
+  kTwoInfos,              // the info, then a second info
+  kHugeAnnounced,         // an info announcing 2^62 bytes, then OK
+};
+
 struct FakeServerOptions {
   std::string address = "127.0.0.1:0";  // port 0: pick a free one
   // Metadata every call must carry, e.g. {"authorization", "Bearer s3cret"}: UNAUTHENTICATED
@@ -20,6 +36,7 @@ struct FakeServerOptions {
   // Uploads land in buffers freed by earlier overwrites, as a server with a buffer pool would:
   // their pages are already mapped, which isolates the transport from first-touch page faults.
   bool reuse_buffers = false;
+  GetStream get_stream = GetStream::kCorrect;
 };
 
 class FakeServer {
