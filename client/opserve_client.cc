@@ -213,6 +213,7 @@ void Client::Prepare(grpc::ClientContext* context, const CallOptions& call) cons
   if (timeout != absl::InfiniteDuration()) {
     context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   }
+  context->set_wait_for_ready(options_.wait_for_ready);
   if (!options_.bearer_token.empty()) {
     context->AddMetadata("authorization", absl::StrCat("Bearer ", options_.bearer_token));
   }

@@ -43,6 +43,9 @@ struct ClientOptions {
   int64_t chunk_bytes = kDefaultChunkBytes;
   int max_message_bytes = std::numeric_limits<int>::max();  // Execute may return big tensors
   absl::Duration timeout = absl::InfiniteDuration();        // default deadline of each call
+  // Calls wait (up to their deadline) for the channel to connect instead of failing at once
+  // with UNAVAILABLE while it is reconnecting: for load generators and soak tests.
+  bool wait_for_ready = false;
   // Integer channel arguments applied after the client's own, for tuning experiments,
   // e.g. {"grpc.http2.lookahead_bytes", 1 << 24}.
   std::map<std::string, int> channel_args;

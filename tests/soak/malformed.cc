@@ -31,6 +31,7 @@ v1::PutTensorRequest Chunk(size_t bytes) {
 absl::Status RawPut(MalformedContext& ctx, const std::vector<v1::PutTensorRequest>& messages) {
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + ctx.timeout));
+  context.set_wait_for_ready(true);  // as the soak clients: ride out reconnects
   v1::PutTensorResponse response;
   auto writer = ctx.stub.PutTensor(&context, &response);
   // A failed write means the server already ended the call; Finish says how.

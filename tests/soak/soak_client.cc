@@ -99,6 +99,9 @@ absl::StatusOr<std::unique_ptr<SoakClient>> SoakClient::Create(const std::string
   client::ClientOptions options;
   options.target = target;
   options.timeout = kCallTimeout;
+  // 64 clients connecting at once on 2 busy cores: a refused or slow connect is retried by the
+  // channel; without this a call made while it reconnects fails at once with UNAVAILABLE.
+  options.wait_for_ready = true;
   // Half the clients move tensors in 4 KiB chunks, so puts and gets of a few KiB span several
   // messages; the server's smallest GetTensor chunk is 4 KiB too.
   if (index % 2 == 1) options.chunk_bytes = 4096;
