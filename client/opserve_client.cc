@@ -1,5 +1,7 @@
 #include "client/opserve_client.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <exception>
@@ -346,6 +348,16 @@ absl::StatusOr<HostTensor> Client::GetTensor(absl::string_view name, const CallO
         break;
       }
       expected = *bytes;
+      // A size past this machine's memory can only fail: refuse it before asking the allocator
+      // (under AddressSanitizer an oversized operator new aborts instead of throwing).
+      const uint64_t physical = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
+                                static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+      if (expected > physical) {
+        problem = absl::ResourceExhaustedError(absl::StrCat(
+            "GetTensor '", name, "': cannot allocate ", expected, " bytes, over this machine's memory (", physical,
+            " bytes)"));
+        break;
+      }
       // Reserved, not resized: each page is first touched by the copy of its chunk, so the page
       // faults of a fresh multi-GiB buffer overlap the transfer instead of preceding it.
       try {

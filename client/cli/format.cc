@@ -139,7 +139,9 @@ std::string FormatBytes(uint64_t bytes) {
     value /= 1024;
     ++unit;
   }
-  return absl::StrFormat(value < 10 ? "%.2f %s" : "%.1f %s", value, units[unit]);
+  // Two literal formats: absl::StrFormat checks its format at compile time (clang insists).
+  return value < 10 ? absl::StrFormat("%.2f %s", value, units[unit])
+                    : absl::StrFormat("%.1f %s", value, units[unit]);
 }
 
 std::string JsonQuote(absl::string_view text) {
