@@ -200,53 +200,6 @@ double HardeningTest::Requests(const std::string& rpc, const std::string& code) 
   return v.ok() ? *v : 0;
 }
 
-// ---- statuses ----
-
-AssertionResult StatusIs(const absl::Status& s, absl::StatusCode code,
-                         std::initializer_list<std::string> fragments) {
-  if (s.code() != code) {
-    return AssertionFailure() << "code " << absl::StatusCodeToString(s.code()) << ", expected "
-                              << absl::StatusCodeToString(code) << " (message: " << s.message()
-                              << ")";
-  }
-  for (const std::string& f : fragments) {
-    if (s.message().find(f) == absl::string_view::npos) {
-      return AssertionFailure() << absl::StatusCodeToString(code) << " as expected, but \""
-                                << s.message() << "\" does not mention \"" << f << "\"";
-    }
-  }
-  return AssertionSuccess();
-}
-
-// ---- tensors and requests ----
-
-client::HostTensor RandomTensor(v1::DType dtype, std::vector<int64_t> shape, std::mt19937_64& rng) {
-  client::HostTensor t;
-  t.dtype = dtype;
-  t.shape = std::move(shape);
-  t.data.resize(*client::ByteSize(dtype, t.shape));
-  size_t i = 0;
-  for (; i + 8 <= t.data.size(); i += 8) {
-    const uint64_t r = rng();
-    std::memcpy(&t.data[i], &r, 8);
-  }
-  for (; i < t.data.size(); ++i) t.data[i] = static_cast<char>(rng());
-  return t;
-}
-
-client::HostTensor F32(std::vector<int64_t> shape, const std::vector<float>& values) {
-  client::HostTensor t;
-  t.dtype = v1::FLOAT32;
-  t.shape = std::move(shape);
-  t.data.assign(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
-  return t;
-}
-
-std::vector<float> Floats(const std::string& bytes) {
-  std::vector<float> v(bytes.size() / sizeof(float));
-  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
-  return v;
-}
 
 void AddNode(v1::ExecuteRequest& r, const std::string& id, const std::string& op,
              const std::vector<In>& inputs) {

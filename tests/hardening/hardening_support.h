@@ -22,6 +22,8 @@
 #include "opserve/v1/opserve.grpc.pb.h"
 #include "tests/e2e/server_process.h"
 
+#include "tests/e2e/e2e_fixture.h"
+
 namespace opserve::hardening {
 
 using Clock = std::chrono::steady_clock;
@@ -74,15 +76,14 @@ class HardeningTest : public ::testing::Test {
 
 // ---- statuses ----
 
-// The code, and every fragment somewhere in the message.
-::testing::AssertionResult StatusIs(const absl::Status& s, absl::StatusCode code,
-                                    std::initializer_list<std::string> fragments = {});
+// Shared with the e2e suite (tests/e2e/e2e_fixture.h).
+using e2e::StatusIs;
 
 // ---- tensors and requests ----
 
-client::HostTensor RandomTensor(v1::DType dtype, std::vector<int64_t> shape, std::mt19937_64& rng);
-client::HostTensor F32(std::vector<int64_t> shape, const std::vector<float>& values);
-std::vector<float> Floats(const std::string& bytes);
+using e2e::F32;
+using e2e::Floats;
+using e2e::RandomTensor;
 
 struct In {
   enum Kind { kStored, kInline, kNode } kind;
