@@ -43,6 +43,13 @@ class ExecEnv {
   virtual absl::Status CopyIn(Buffer& dst, const void* src, uint64_t bytes) = 0;
   // Scratch memory that lives until Finish().
   virtual absl::StatusOr<void*> Scratch(uint64_t bytes) = 0;
+  // Called once at the start of each request.
+  virtual void BeginRequest() {}
+  // Queues a copy of a returned output to host memory in stream order, so that the request's
+  // one wait (Finish) covers it too. The bytes are at the returned pointer after Finish() and
+  // stay there until the next BeginRequest(). nullptr: not staged (larger than the staging
+  // area); the caller copies with Backend::CopyOut after Finish instead.
+  virtual absl::StatusOr<const void*> StageOut(const Buffer& src, uint64_t bytes) = 0;
   // Brackets node `i`'s kernels for timing (CUDA events or the host clock).
   virtual void MarkStart(int i) = 0;
   virtual void MarkEnd(int i) = 0;

@@ -3,6 +3,7 @@
 // The queue is bounded: a full queue answers RESOURCE_EXHAUSTED instead of growing.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -45,6 +46,7 @@ class DeviceWorker {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Job> jobs_;
+  std::atomic<int> queued_{0};  // jobs_.size(), readable without mu_
   int running_ = 0;
   bool stopping_ = false;
   std::thread thread_;

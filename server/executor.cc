@@ -1,6 +1,7 @@
 #include "server/executor.h"
 
 #include <chrono>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "server/status_macros.h"
@@ -26,6 +27,7 @@ absl::Status ExecutePlan(const Plan& plan, const ExecuteContext& ctx,
   Backend& backend = *ctx.backend;
   v1::RequestTiming* timing = response->mutable_timing();
 
+  ctx.env->BeginRequest();
   // Inputs: upload each inline tensor that a node reads, once.
   auto t_input = Clock::now();
   std::vector<BufferPtr> inline_buffers(plan.inlines.size());
@@ -89,6 +91,17 @@ absl::Status ExecutePlan(const Plan& plan, const ExecuteContext& ctx,
       if (src.last_use == i && !src.returned && src.store_as.empty()) outputs[in.index].reset();
     }
   }
+  // Returned outputs go to host memory in stream order: the one wait below covers them.
+  std::vector<const void*> staged(num_nodes, nullptr);
+  for (int i = 0; i < num_nodes; ++i) {
+    if (!plan.nodes[i].returned) continue;
+    auto p = ctx.env->StageOut(*outputs[i], plan.nodes[i].output.Bytes());
+    if (!p.ok()) {
+      (void)ctx.env->Finish(num_nodes);
+      return p.status();
+    }
+    staged[i] = *p;
+  }
   auto seconds = ctx.env->Finish(num_nodes);
   if (!seconds.ok()) {
     // Kernels run asynchronously: a device error surfaces here, after all launches.
@@ -130,7 +143,11 @@ absl::Status ExecutePlan(const Plan& plan, const ExecuteContext& ctx,
       FillShape(n.output, t);
       std::string* data = t->mutable_data();
       data->resize(n.output.Bytes());
-      RETURN_IF_ERROR(backend.CopyOut(*outputs[i], 0, data->data(), data->size()));
+      if (staged[i] != nullptr) {
+        if (!data->empty()) std::memcpy(data->data(), staged[i], data->size());
+      } else {
+        RETURN_IF_ERROR(backend.CopyOut(*outputs[i], 0, data->data(), data->size()));
+      }
     }
     for (const PlanNode::Store& st : n.store_as) {
       to_store.push_back(std::make_shared<StoredTensor>(StoredTensor{st.name, n.output, outputs[i]}));

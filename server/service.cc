@@ -23,6 +23,20 @@ absl::Status CheckAlive(grpc::CallbackServerContext* ctx) {
   return absl::OkStatus();
 }
 
+// Execute's reactor: a unary one that counts itself among the active calls until gRPC is done
+// with it (the response sent), so that the drain on SIGTERM waits for it.
+class ExecuteReactor final : public grpc::ServerUnaryReactor {
+ public:
+  explicit ExecuteReactor(OpServeService* svc) : svc_(svc) { svc_->CallStarted(); }
+  void OnDone() override {
+    svc_->CallDone();
+    delete this;
+  }
+
+ private:
+  OpServeService* svc_;
+};
+
 }  // namespace
 
 absl::StatusOr<std::string> OpServeService::Authenticate(grpc::CallbackServerContext* ctx) const {
@@ -135,7 +149,7 @@ grpc::ServerUnaryReactor* OpServeService::Execute(grpc::CallbackServerContext* c
                                                   const v1::ExecuteRequest* req,
                                                   v1::ExecuteResponse* resp) {
   const auto start = Clock::now();
-  auto* reactor = ctx->DefaultReactor();
+  auto* reactor = new ExecuteReactor(this);
   auto finish = [this, reactor, start, resp](absl::Status s) {
     if (!s.ok()) resp->Clear();
     resp->mutable_timing()->set_total_us(MicrosSince(start));

@@ -13,6 +13,7 @@
 #include "server/metrics.h"
 #include "server/plan.h"
 #include "server/tensor_store.h"
+#include "server/transfer_pool.h"
 
 namespace opserve {
 
@@ -55,10 +56,15 @@ class OpServeService final : public v1::OpServe::CallbackService {
   Backend& backend() { return backend_; }
   TensorStore& store() { return store_; }
   Metrics* metrics() { return metrics_; }
+  TransferPool& transfers() { return transfers_; }
   const ServiceOptions& options() const { return options_; }
   void RecordRpc(absl::string_view rpc, const absl::Status& s,
                  std::chrono::steady_clock::time_point start);
   void UpdateStoreGauges();
+  // Calls handed to a handler and not yet done (OnDone), for the drain on SIGTERM.
+  void CallStarted() { active_calls_.fetch_add(1, std::memory_order_relaxed); }
+  void CallDone() { active_calls_.fetch_sub(1, std::memory_order_relaxed); }
+  int active_calls() const { return active_calls_.load(std::memory_order_relaxed); }
   // The caller's tensor namespace from its bearer token; UNAUTHENTICATED when tokens are
   // configured and the call has none or a wrong one.
   absl::StatusOr<std::string> Authenticate(grpc::CallbackServerContext* ctx) const;
@@ -70,6 +76,11 @@ class OpServeService final : public v1::OpServe::CallbackService {
   Metrics* metrics_;
   const ServiceOptions options_;
   std::function<void()> on_unhealthy_;
+  std::atomic<int> active_calls_{0};
+  // Steps of PutTensor / GetTensor that may wait on the device. Destroyed with the service,
+  // after the gRPC server has finished every call.
+  static constexpr int kTransferThreads = 4;
+  TransferPool transfers_{kTransferThreads};
 };
 
 void FillTensorInfo(const StoredTensor& t, const std::string& device, v1::TensorInfo* info);
