@@ -105,7 +105,10 @@ class PutReactor final : public grpc::ServerReadReactor<v1::PutTensorRequest> {
     return a;
   }
 
+  // The read starts before any step is posted: a step may end the call (through Step), and
+  // must not be able to before this thread is done with the reactor.
   void Do(const Actions& a) {
+    if (a.read >= 0) StartRead(&msgs_[a.read]);
     if (a.process >= 0) {
       svc_->transfers().Post([this, idx = a.process] {
         absl::Status s = assembly_->OnMessage(msgs_[idx]);
@@ -128,7 +131,6 @@ class PutReactor final : public grpc::ServerReadReactor<v1::PutTensorRequest> {
         Complete(s);
       });
     }
-    if (a.read >= 0) StartRead(&msgs_[a.read]);
     if (a.finish) {
       // Dropping an unfinished upload waits for its copies: not on a gRPC thread.
       svc_->transfers().Post([this, s = *a.finish] { Complete(s); });
