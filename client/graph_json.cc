@@ -9,9 +9,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/npy.h"
-#include "client/status_macros.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
+#include "server/status_macros.h"  // header only: the macros, no link to opserve_core
 
 namespace opserve::client {
 namespace {

@@ -10,13 +10,13 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "client/status_macros.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/wire_format_lite.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/proto_buffer_reader.h"
+#include "server/status_macros.h"  // header only: the macros, no link to opserve_core
 
 namespace opserve::client {
 namespace {

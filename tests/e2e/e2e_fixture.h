@@ -57,6 +57,11 @@ class OpserveTest : public ::testing::Test {
   std::unique_ptr<v1::OpServe::Stub> stub_;
 };
 
+// A sanitizer build of the server reports on its output without always exiting: success when
+// `server_output` holds no report. (scripts/ci-sanitizers.sh sends reports to log files instead
+// and checks those.)
+::testing::AssertionResult NoSanitizerReport(const std::string& server_output);
+
 // ---- statuses ----
 
 // The code, and every fragment somewhere in the message.
@@ -77,10 +82,23 @@ struct StoreSnapshot {
 StoreSnapshot Snapshot(client::Client& c);
 ::testing::AssertionResult SameStore(const StoreSnapshot& before, const StoreSnapshot& after);
 
-// ---- Execute requests ----
+// ---- exact matmuls, to keep the CPU backend busy with a checkable result ----
 
+// Stores `a` = FLOAT32[n, n] of ones and `b` = FLOAT32[n, n] of random integers in [-8, 8]
+// (overwriting), so matmul(a, b) is exact: every row of it is the column sums of b, returned.
+absl::StatusOr<std::vector<float>> StoreExactMatmulInputs(client::Client& c, const std::string& a,
+                                                          const std::string& b, int64_t n,
+                                                          std::mt19937_64& rng);
+// One output, FLOAT32[n, n], every row equal to `col_sums`.
+::testing::AssertionResult IsExactMatmul(const v1::ExecuteResponse& resp, int64_t n,
+                                         const std::vector<float>& col_sums);
+
+// ---- Execute requests ----
+// The request builders of every suite that drives the server (e2e, hardening, soak, GPU).
+
+// One input of a node. kNone gives the input no source at all, for malformed requests.
 struct In {
-  enum Kind { kStored, kInline, kNode } kind;
+  enum Kind { kStored, kInline, kNode, kNone } kind;
   std::string name;
 };
 inline In Stored(std::string n) { return {In::kStored, std::move(n)}; }

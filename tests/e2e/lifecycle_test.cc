@@ -67,16 +67,7 @@ class BusyMatmul {
   }
 
   ::testing::AssertionResult Check(const v1::ExecuteResponse& resp) const {
-    if (resp.outputs_size() != 1) return ::testing::AssertionFailure() << "no output";
-    const std::vector<float> c = Floats(resp.outputs(0).tensor().data());
-    if (c.size() != static_cast<size_t>(n_ * n_)) return ::testing::AssertionFailure() << "size";
-    for (int64_t i = 0; i < n_ * n_; ++i) {
-      if (c[i] != col_sums_[i % n_]) {
-        return ::testing::AssertionFailure() << "C[" << i / n_ << "][" << i % n_ << "] = " << c[i]
-                                             << ", expected " << col_sums_[i % n_];
-      }
-    }
-    return ::testing::AssertionSuccess();
+    return IsExactMatmul(resp, n_, col_sums_);
   }
 
   // Makes the matmul about `factor` times the work (when the CPUs got faster than calibrated,
@@ -93,15 +84,10 @@ class BusyMatmul {
 
  private:
   absl::Status Store(client::Client& c, std::mt19937_64& rng) {
-    std::vector<float> ones(n_ * n_, 1.f), b(n_ * n_);
-    std::uniform_int_distribution<int> d(-8, 8);
-    for (float& x : b) x = static_cast<float>(d(rng));
-    col_sums_.assign(n_, 0.f);
-    for (int64_t p = 0; p < n_; ++p) {
-      for (int64_t j = 0; j < n_; ++j) col_sums_[j] += b[p * n_ + j];
-    }
-    if (auto s = c.PutTensor("ones", F32({n_, n_}, ones), true).status(); !s.ok()) return s;
-    return c.PutTensor("b", F32({n_, n_}, b), true).status();
+    absl::StatusOr<std::vector<float>> col_sums = StoreExactMatmulInputs(c, "ones", "b", n_, rng);
+    if (!col_sums.ok()) return col_sums.status();
+    col_sums_ = *std::move(col_sums);
+    return absl::OkStatus();
   }
 
   int64_t n_ = 0;

@@ -120,12 +120,8 @@ void HardeningTest::SetUp() {
 
 void HardeningTest::TearDown() {
   if (server_) {
-    // A sanitizer build of the server reports problems on its output without always exiting.
     const std::string output = server_->Output();
-    for (const char* report : {"runtime error:", "ERROR: AddressSanitizer", "ERROR: LeakSanitizer",
-                               "WARNING: ThreadSanitizer"}) {
-      EXPECT_EQ(output.find(report), std::string::npos) << "the server reported: " << report;
-    }
+    EXPECT_TRUE(e2e::NoSanitizerReport(output));
     if (HasFailure()) {
       std::cerr << "---- opserve output ----\n" << output << "------------------------\n";
     }
@@ -200,72 +196,6 @@ double HardeningTest::Requests(const std::string& rpc, const std::string& code) 
   return v.ok() ? *v : 0;
 }
 
-
-void AddNode(v1::ExecuteRequest& r, const std::string& id, const std::string& op,
-             const std::vector<In>& inputs) {
-  v1::Node* n = r.add_nodes();
-  n->set_id(id);
-  n->set_op(op);
-  for (const In& in : inputs) {
-    v1::Input* i = n->add_inputs();
-    switch (in.kind) {
-      case In::kStored: i->set_stored(in.name); break;
-      case In::kInline: i->set_inline_name(in.name); break;
-      case In::kNode: i->set_node(in.name); break;
-    }
-  }
-}
-
-void AddInline(v1::ExecuteRequest& r, const std::string& name, v1::DType dtype,
-               const std::vector<int64_t>& shape) {
-  v1::Tensor& t = (*r.mutable_inline_tensors())[name];
-  t.set_dtype(dtype);
-  t.mutable_shape()->Add(shape.begin(), shape.end());
-  t.set_data(std::string(client::ByteSize(dtype, shape).value_or(0), '\0'));
-}
-
-void AddInline(v1::ExecuteRequest& r, const std::string& name, const client::HostTensor& t) {
-  (*r.mutable_inline_tensors())[name] = client::ToProto(t);
-}
-
-void AddOutput(v1::ExecuteRequest& r, const std::string& node, bool return_inline,
-               const std::string& store_as, bool overwrite) {
-  v1::OutputSpec* o = r.add_outputs();
-  o->set_node(node);
-  o->set_return_inline(return_inline);
-  o->set_store_as(store_as);
-  o->set_overwrite(overwrite);
-}
-
-StoreSnapshot Snapshot(client::Client& c) {
-  StoreSnapshot s;
-  auto list = c.ListTensors();
-  EXPECT_TRUE(list.ok()) << list.status();
-  if (!list.ok()) return s;
-  for (const v1::TensorInfo& info : *list) {
-    s.info[info.name()] = info.SerializeAsString();
-    auto t = c.GetTensor(info.name());
-    EXPECT_TRUE(t.ok()) << info.name() << ": " << t.status();
-    if (t.ok()) s.bytes[info.name()] = t->data;
-  }
-  return s;
-}
-
-AssertionResult SameStore(const StoreSnapshot& before, const StoreSnapshot& after) {
-  for (const auto& [name, info] : before.info) {
-    auto it = after.info.find(name);
-    if (it == after.info.end()) return AssertionFailure() << "tensor '" << name << "' is gone";
-    if (it->second != info) return AssertionFailure() << "tensor '" << name << "' changed its info";
-    if (after.bytes.at(name) != before.bytes.at(name)) {
-      return AssertionFailure() << "tensor '" << name << "' changed its bytes";
-    }
-  }
-  for (const auto& [name, info] : after.info) {
-    if (before.info.count(name) == 0) return AssertionFailure() << "tensor '" << name << "' appeared";
-  }
-  return AssertionSuccess();
-}
-
 // ---- SlowMatmul ----
 
 absl::StatusOr<SlowMatmul> SlowMatmul::Prepare(client::Client& c, double seconds,
@@ -314,28 +244,15 @@ v1::ExecuteRequest SlowMatmul::Chain(int nodes) const {
 }
 
 AssertionResult SlowMatmul::Check(const v1::ExecuteResponse& resp) const {
-  if (resp.outputs_size() != 1) return AssertionFailure() << "expected one output";
-  const std::vector<float> c = Floats(resp.outputs(0).tensor().data());
-  if (c.size() != static_cast<size_t>(n_ * n_)) return AssertionFailure() << "wrong output size";
-  for (int64_t i = 0; i < n_ * n_; ++i) {
-    if (c[i] != col_sums_[i % n_]) {
-      return AssertionFailure() << "C[" << i / n_ << "][" << i % n_ << "] = " << c[i]
-                                << ", expected " << col_sums_[i % n_];
-    }
-  }
-  return AssertionSuccess();
+  return e2e::IsExactMatmul(resp, n_, col_sums_);
 }
 
 absl::Status SlowMatmul::Store(client::Client& c, std::mt19937_64& rng) {
-  std::vector<float> ones(n_ * n_, 1.f), b(n_ * n_);
-  std::uniform_int_distribution<int> d(-8, 8);
-  for (float& x : b) x = static_cast<float>(d(rng));
-  col_sums_.assign(n_, 0.f);
-  for (int64_t p = 0; p < n_; ++p) {
-    for (int64_t j = 0; j < n_; ++j) col_sums_[j] += b[p * n_ + j];
-  }
-  if (auto s = c.PutTensor("slow_a", F32({n_, n_}, ones), true).status(); !s.ok()) return s;
-  return c.PutTensor("slow_b", F32({n_, n_}, b), true).status();
+  absl::StatusOr<std::vector<float>> col_sums =
+      e2e::StoreExactMatmulInputs(c, "slow_a", "slow_b", n_, rng);
+  if (!col_sums.ok()) return col_sums.status();
+  col_sums_ = *std::move(col_sums);
+  return absl::OkStatus();
 }
 
 // ---- child processes ----

@@ -1,6 +1,7 @@
 // Support for the hardening suite: a fixture that starts the real `opserve` binary (CPU backend,
 // 127.0.0.1, free gRPC and metrics ports) with per-test flags, reads its Prometheus /metrics,
-// generates TLS material with openssl, spawns helper processes, and builds requests.
+// generates TLS material with openssl and spawns helper processes. Requests are built with the
+// e2e suite's helpers.
 //
 // Nothing here imitates the server: every check runs against the binary the build produced
 // ($OPSERVE_BIN), started through tests/e2e/server_process.h.
@@ -11,7 +12,6 @@
 
 #include <chrono>
 #include <initializer_list>
-#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -20,9 +20,8 @@
 #include "absl/status/statusor.h"
 #include "client/opserve_client.h"
 #include "opserve/v1/opserve.grpc.pb.h"
-#include "tests/e2e/server_process.h"
-
 #include "tests/e2e/e2e_fixture.h"
+#include "tests/e2e/server_process.h"
 
 namespace opserve::hardening {
 
@@ -74,41 +73,26 @@ class HardeningTest : public ::testing::Test {
   std::unique_ptr<v1::OpServe::Stub> stub_;
 };
 
-// ---- statuses ----
+// ---- statuses, tensors, requests, store snapshots ----
+// The e2e suite's helpers (tests/e2e/e2e_fixture.h, the e2e_support library).
 
-// Shared with the e2e suite (tests/e2e/e2e_fixture.h).
 using e2e::StatusIs;
-
-// ---- tensors and requests ----
 
 using e2e::F32;
 using e2e::Floats;
 using e2e::RandomTensor;
 
-struct In {
-  enum Kind { kStored, kInline, kNode } kind;
-  std::string name;
-};
-inline In Stored(std::string n) { return {In::kStored, std::move(n)}; }
-inline In Inline(std::string n) { return {In::kInline, std::move(n)}; }
-inline In Node(std::string n) { return {In::kNode, std::move(n)}; }
+using e2e::AddInline;
+using e2e::AddNode;
+using e2e::AddOutput;
+using e2e::In;
+using e2e::Inline;
+using e2e::Node;
+using e2e::Stored;
 
-void AddNode(v1::ExecuteRequest& r, const std::string& id, const std::string& op,
-             const std::vector<In>& inputs);
-// An inline tensor of zeros, of the right size.
-void AddInline(v1::ExecuteRequest& r, const std::string& name, v1::DType dtype,
-               const std::vector<int64_t>& shape);
-void AddInline(v1::ExecuteRequest& r, const std::string& name, const client::HostTensor& t);
-void AddOutput(v1::ExecuteRequest& r, const std::string& node, bool return_inline,
-               const std::string& store_as = "", bool overwrite = false);
-
-// Every stored tensor's info and bytes, to show that a refused request changed nothing.
-struct StoreSnapshot {
-  std::map<std::string, std::string> info;   // name -> TensorInfo, serialized
-  std::map<std::string, std::string> bytes;  // name -> data
-};
-StoreSnapshot Snapshot(client::Client& c);
-::testing::AssertionResult SameStore(const StoreSnapshot& before, const StoreSnapshot& after);
+using e2e::SameStore;
+using e2e::Snapshot;
+using e2e::StoreSnapshot;
 
 // ---- slow work on the CPU backend ----
 

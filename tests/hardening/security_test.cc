@@ -3,6 +3,7 @@
 #include <grpcpp/client_context.h>
 
 #include <fstream>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "grpcpp/client_context.h"
+#include "tests/e2e/e2e_fixture.h"
 
 namespace opserve::soak {
 namespace {
@@ -46,58 +47,12 @@ std::string Bad(const MalformedContext& ctx, absl::string_view what) {
   return absl::StrCat(ctx.bad_prefix, what);
 }
 
-// ---- Execute requests ----
+// ---- Execute requests (builders from tests/e2e/e2e_fixture.h) ----
 
-struct In {
-  enum Kind { kStored, kInline, kNode, kNone } kind;
-  std::string name;
-};
-
-v1::Node* AddNode(v1::ExecuteRequest& r, const std::string& id, const std::string& op,
-                  const std::vector<In>& inputs) {
-  v1::Node* n = r.add_nodes();
-  n->set_id(id);
-  n->set_op(op);
-  for (const In& in : inputs) {
-    v1::Input* i = n->add_inputs();
-    switch (in.kind) {
-      case In::kStored:
-        i->set_stored(in.name);
-        break;
-      case In::kInline:
-        i->set_inline_name(in.name);
-        break;
-      case In::kNode:
-        i->set_node(in.name);
-        break;
-      case In::kNone:
-        break;  // no source at all
-    }
-  }
-  return n;
-}
-
-// An inline tensor of zeros: `bytes` of them, or as many as the shape needs.
-void AddInline(v1::ExecuteRequest& r, const std::string& name, int dtype,
-               std::vector<int64_t> shape, int64_t bytes = -1) {
-  v1::Tensor& t = (*r.mutable_inline_tensors())[name];
-  t.set_dtype(static_cast<v1::DType>(dtype));
-  int64_t count = 1;
-  for (int64_t d : shape) {
-    t.add_shape(d);
-    count *= d;
-  }
-  const int64_t size = dtype == v1::INT64 ? 8 : dtype == v1::BFLOAT16 ? 2 : 4;
-  t.set_data(std::string(static_cast<size_t>(bytes >= 0 ? bytes : count * size), '\0'));
-}
-
-void AddOutput(v1::ExecuteRequest& r, const std::string& node, bool return_inline,
-               const std::string& store_as = "") {
-  v1::OutputSpec* o = r.add_outputs();
-  o->set_node(node);
-  o->set_return_inline(return_inline);
-  o->set_store_as(store_as);
-}
+using e2e::AddInline;
+using e2e::AddNode;
+using e2e::AddOutput;
+using e2e::In;
 
 absl::Status Execute(MalformedContext& ctx, const v1::ExecuteRequest& r) {
   return ctx.client.Execute(r, {.timeout = ctx.timeout}).status();
@@ -225,7 +180,7 @@ const MalformedKind kKinds[] = {
     {"exec_inline_dtype_unspecified", Code::kInvalidArgument,
      [](MalformedContext& c) {
        v1::ExecuteRequest r = Valid();
-       AddInline(r, "x", 0, {4, 8}, /*bytes=*/128);
+       AddInline(r, "x", v1::DTYPE_UNSPECIFIED, {4, 8}, /*bytes=*/128);
        return Execute(c, r);
      }},
     {"exec_inline_negative_dimension", Code::kInvalidArgument,

@@ -26,6 +26,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <random>
 #include <thread>
 #include <vector>
@@ -116,6 +117,37 @@ void RunPhase(std::vector<std::unique_ptr<SoakClient>>& clients, Clock::time_poi
   for (std::thread& t : threads) t.join();
 }
 
+// If the server dies under load, every client waits out its calls' deadlines (the calls wait
+// for the server to be ready), far past the test's timeout, and the output that says why is never
+// shown. The watchdog ends the test at once instead, with the server's output.
+class ServerWatchdog {
+ public:
+  explicit ServerWatchdog(e2e::ServerProcess& server)
+      : thread_([this, &server] {
+          while (!stop_.load()) {
+            // WNOWAIT: the child stays unreaped, for ServerProcess to collect.
+            siginfo_t info{};
+            if (waitid(P_PID, server.pid(), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+                info.si_pid == server.pid()) {
+              std::this_thread::sleep_for(std::chrono::milliseconds(500));  // its last output
+              std::cerr << "soak: FAILED: the server exited during the load (wait status "
+                        << info.si_status << "); its output:\n"
+                        << server.Output() << std::flush;
+              std::_Exit(1);
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          }
+        }) {}
+  ~ServerWatchdog() {
+    stop_.store(true);
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
 // Nearest-rank percentile.
 double Percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
@@ -182,6 +214,7 @@ TEST(Soak, MixedLoadOnLoopback) {
                                settings.seed, server.target())
             << std::flush;
 
+  auto watchdog = std::make_unique<ServerWatchdog>(server);
   absl::StatusOr<Memory> idle = Measure(server.pid(), *metrics_port, **probe);
   ASSERT_TRUE(idle.ok()) << idle.status();
 
@@ -237,6 +270,7 @@ TEST(Soak, MixedLoadOnLoopback) {
   // close first: while idle connections stay open, opserve's drain takes 8-22 s (see the report).
   clients.clear();
   probe->reset();
+  watchdog.reset();  // the server is meant to exit now
   const Clock::time_point sigterm = Clock::now();
   server.Signal(SIGTERM);
   absl::StatusOr<int> exit_status = server.WaitForExit(std::chrono::seconds(30));
