@@ -28,7 +28,8 @@ const CublasApi* LoadCublas() {
                   Load(lib, "cublasSetStream_v2", &api.set_stream) &&
                   Load(lib, "cublasGetStream_v2", &api.get_stream) &&
                   Load(lib, "cublasSgemm_v2_64", &api.sgemm_64) &&
-                  Load(lib, "cublasGemmEx_64", &api.gemm_ex_64);
+                  Load(lib, "cublasGemmEx_64", &api.gemm_ex_64) &&
+                  Load(lib, "cublasSetWorkspace_v2", &api.set_workspace);
   return ok ? &api : nullptr;
 }
 
@@ -49,6 +50,15 @@ void* CublasCreateHandle(cudaStream_t stream) {
     return nullptr;
   }
   return handle;
+}
+
+cudaError_t CublasSetWorkspace(void* handle, void* d_workspace, size_t bytes) {
+  const CublasApi* api = Cublas();
+  if (api == nullptr || handle == nullptr) return cudaErrorSharedObjectInitFailed;
+  return api->set_workspace(static_cast<cublasHandle_t>(handle), d_workspace, bytes) ==
+                 CUBLAS_STATUS_SUCCESS
+             ? cudaSuccess
+             : cudaErrorUnknown;
 }
 
 void CublasDestroyHandle(void* handle) {

@@ -18,6 +18,7 @@ struct CublasApi {
   decltype(&cublasGetStream_v2) get_stream;
   decltype(&cublasSgemm_v2_64) sgemm_64;
   decltype(&cublasGemmEx_64) gemm_ex_64;
+  decltype(&cublasSetWorkspace_v2) set_workspace;
 };
 
 // The entry points, or nullptr when libcublas.so.13 cannot be loaded (the reason goes to stderr
@@ -27,5 +28,12 @@ const CublasApi* Cublas();
 // A handle bound to `stream`, or nullptr on failure. Destroy it with CublasDestroyHandle.
 void* CublasCreateHandle(cudaStream_t stream);
 void CublasDestroyHandle(void* handle);
+
+// Gives the handle a workspace of its own (device memory the caller owns and keeps alive, stream
+// ordered on the handle's stream; NVIDIA recommends 32 MiB on Hopper) instead of cuBLAS's default
+// pool. Call it after every cublasSetStream, which resets the workspace. Not used by the server
+// yet: opserve-bench --ops=cublas_handles measures whether a 32 MiB workspace changes the 8192^3
+// bf16 GemmEx that ran 14% slower on the server's handle (PERFORMANCE.md).
+cudaError_t CublasSetWorkspace(void* handle, void* d_workspace, size_t bytes);
 
 }  // namespace opserve::kernels

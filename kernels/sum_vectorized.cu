@@ -1,8 +1,19 @@
 // sum, vectorized: the bandwidth one. One launch: a persistent grid of exactly one full wave
 // (kBlocksPerSm blocks on every SM) streams the input as 16-byte vectors (float4 / int4 through
 // the read-only path), kUnroll independent vector loads in flight per thread; each block writes one
-// partial, and the last block to finish (a device-scope counter, zeroed by a 4-byte memset before
-// the launch) sums the partials in a fixed order and writes the result.
+// partial, and the last block to finish (a device-scope completion counter) sums the partials in
+// a fixed order and writes the result.
+//
+// The counter needs no memset node: each stream that calls this gets its own slot of a
+// `__device__` array (zero at module load), and the last block's atomicInc wraps the slot back to
+// 0, so it is zero again for the stream's next launch, which stream order puts after this one.
+// Slots are keyed by the stream's context-unique ID (cudaStreamGetId, never reused, unlike a
+// destroyed stream's address), so launches on different streams never share a counter. Launches
+// that cannot be keyed that way (the default streams, whose meaning depends on the caller's
+// compile flags and thread; a stream being captured into a graph, which may be replayed
+// concurrently; more than kCounterSlots streams) use a counter in the caller's scratch zeroed by a
+// 4-byte memset, as before. Why (opserve-bench, H200, 2026-11-22): at 2^20 floats the memset
+// node was a second serial device operation in a 7.9 us sum.
 //
 // Work mapping (grid-wide strip mining, as CUB's reduce agent does per tile): round r, slot u of
 // thread g reads vector (r * kUnroll + u) * total_threads + g, so every warp load is one coalesced
@@ -21,6 +32,9 @@
 // 4 * kUnroll values are summed as a tree before one add into the running sum, so the serial chain
 // is about n / (4 * kUnroll * total_threads) adds (~250 at n = 2^30 on 132 SMs).
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include "kernels/sum.h"
 #include "kernels/sum_common.cuh"
@@ -133,7 +147,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   if (threadIdx.x == 0) {
     partials[blockIdx.x] = acc;
     __threadfence();  // the partial is visible device-wide before this block counts as done
-    is_last = atomicAdd(blocks_done, 1u) == gridDim.x - 1;
+    // Counts 0, 1, ..., gridDim.x - 1, and the last block's increment wraps it to 0: the counter
+    // is zero again when the kernel ends, ready for the slot's next launch.
+    is_last = atomicInc(blocks_done, gridDim.x - 1) == gridDim.x - 1;
   }
   // Also orders BlockReduceSum's shared reads above before the second call below rewrites them.
   __syncthreads();
@@ -146,6 +162,51 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   for (int i = threadIdx.x; i < static_cast<int>(gridDim.x); i += kThreads) total += p_all[i];
   total = sum_internal::BlockReduceSum<kThreads>(total);
   if (threadIdx.x == 0) *out = total;
+}
+
+// Completion counters without a memset (see the top of the file): one slot per stream.
+constexpr int kCounterSlots = 256;
+__device__ unsigned int g_blocks_done[kCounterSlots];
+
+// This stream's counter slot on the current device, or nullptr when the launch must bring its own
+// zeroed counter. Thread-safe (the server has a worker per device; tests may add threads).
+cudaError_t StreamCounter(cudaStream_t stream, unsigned int** counter) {
+  *counter = nullptr;
+  if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) {
+    return cudaSuccess;
+  }
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  cudaError_t err = cudaStreamIsCapturing(stream, &capture);
+  if (err != cudaSuccess) return err;
+  if (capture != cudaStreamCaptureStatusNone) return cudaSuccess;
+  unsigned long long stream_id = 0;
+  err = cudaStreamGetId(stream, &stream_id);
+  if (err != cudaSuccess) return err;
+  int device = 0;
+  err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+
+  // Looked up on every call, not cached: a cudaDeviceReset by the process would move it.
+  void* base = nullptr;
+  err = cudaGetSymbolAddress(&base, g_blocks_done);
+  if (err != cudaSuccess) return err;
+
+  static std::mutex mu;
+  static std::map<std::pair<int, unsigned long long>, int> slot_of;  // (device, stream ID) -> slot
+  static std::map<int, int> used;                                     // device -> slots given out
+  int slot = -1;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = slot_of.find({device, stream_id});
+    if (it != slot_of.end()) {
+      slot = it->second;
+    } else if (used[device] < kCounterSlots) {
+      slot = used[device]++;
+      slot_of.emplace(std::make_pair(device, stream_id), slot);
+    }
+  }
+  if (slot >= 0) *counter = static_cast<unsigned int*>(base) + slot;  // else: the memset path
+  return cudaSuccess;
 }
 
 template <typename T>
@@ -175,10 +236,15 @@ cudaError_t SumVectorizedImpl(void* d_temp, size_t* temp_bytes, const T* d_in,
   if (*temp_bytes < need) return cudaErrorInvalidValue;
 
   Acc* d_partials = static_cast<Acc*>(d_temp);
-  auto* d_done = reinterpret_cast<unsigned int*>(static_cast<char*>(d_temp) + partial_bytes);
+  unsigned int* d_done = nullptr;
   if (grid > 1) {  // one block needs no counter: its sum is the answer
-    err = cudaMemsetAsync(d_done, 0, sizeof(unsigned int), stream);
+    err = StreamCounter(stream, &d_done);
     if (err != cudaSuccess) return err;
+    if (d_done == nullptr) {
+      d_done = reinterpret_cast<unsigned int*>(static_cast<char*>(d_temp) + partial_bytes);
+      err = cudaMemsetAsync(d_done, 0, sizeof(unsigned int), stream);
+      if (err != cudaSuccess) return err;
+    }
   }
   sum_vectorized_kernel<T><<<grid, kThreads, 0, stream>>>(d_in, n, head, d_partials, d_done, d_out);
   return LastLaunchError();

@@ -26,8 +26,8 @@
 //     ncu (16384^2, default): DRAM throughput 76.8% of peak where the copy runs at ~89%.
 //
 // Tile shape, raster group, L2 promotion and CTAs per SM are knobs (kernels/transpose_tma_tuning.h);
-// TransposeTma runs kDefaultTuning below, the design's original settings, which are what the
-// table in PERFORMANCE.md measured.
+// TransposeTma runs kDefaultTuning below (the sweep's best at the target shapes) for 4-byte
+// elements and the original settings for bf16.
 //
 // Ragged edges: TMA zero-fills the out-of-bounds part of a box; consumers skip stores outside the
 // matrix. A box that lies wholly outside is not requested at all.
@@ -81,12 +81,23 @@ using Tile64x4 = TileConfig<64, 4>;
 using Tile128x2 = TileConfig<128, 2>;
 using Tile128x4 = TileConfig<128, 4>;
 
-// What TransposeTma runs: the original settings, the ones the last full benchmark measured. The
-// sweep's faster settings (e.g. 128 x 4 tiles, 256-byte promotion, 1 CTA/SM: +3-5%) are not the
-// default yet: one sweep variant (64 x 2, group 16, 3 CTAs/SM) failed its element-wise check once
-// at 16384^2, which must be explained before the knobs move (PERFORMANCE.md).
-constexpr TransposeTmaTuning kDefaultTuning{/*tile_rows=*/64, /*boxes=*/2, /*group_tile_rows=*/32,
-                                            /*l2_promote_256=*/false, /*max_ctas_per_sm=*/2};
+// What TransposeTma runs. 4-byte elements: the sweep's best setting at the target shapes
+// (opserve-bench --transpose-sweep, H200, 2026-11-22: 128 x 4 tiles, group 64, 256-byte L2
+// promotion, 1 CTA/SM: 570.5 us = 0.884x of the copy at 16384^2 (the old default 587.2 us,
+// 0.859x), 0.885x at 32768^2 (0.838x), 0.895x at 8192 x 32768 (0.860x); 0.801x at 4096^2 (0.766x)).
+// It was held back because one 3-CTA/SM variant (64 x 2, group 16, 128-byte promotion) failed its
+// element-wise check once at 16384^2. Reading the kernel for a race found none (NOTES_transpose.md:
+// every stage is refilled only after all 128 consumer threads' release arrivals of its previous
+// use, the phases cannot run two ahead, every thread arrives exactly once per tile, boxes that
+// were not loaded are never read), and the chosen setting never shares an SM between CTAs.
+// The sweep now checks every variant on every shape (3-CTA ones five times) to settle it.
+// 2-byte elements keep the original setting: only the 64 x 2 tile is built for them and none of
+// the sweep's settings was measured on bf16.
+constexpr TransposeTmaTuning kDefaultTuning{/*tile_rows=*/128, /*boxes=*/4, /*group_tile_rows=*/64,
+                                            /*l2_promote_256=*/true, /*max_ctas_per_sm=*/1};
+constexpr TransposeTmaTuning kDefaultTuningBf16{/*tile_rows=*/64, /*boxes=*/2,
+                                                /*group_tile_rows=*/32, /*l2_promote_256=*/false,
+                                                /*max_ctas_per_sm=*/2};
 
 // Per element type: kVec elements per 16-byte vector; a thread moves kVec x kVec register blocks.
 //   fp32: a warp block is 32 rows x 16 cols (8 row groups x 4 column chunks); the consumer warps
@@ -530,9 +541,14 @@ cudaError_t TransposeTmaTuned(const TransposeTmaTuning& tuning, const void* d_in
   return TransposeSmemTiled(d_in, d_out, rows, cols, elem_bytes, stream);
 }
 
+TransposeTmaTuning TransposeTmaDefaultTuning(int elem_bytes) {
+  return elem_bytes == 2 ? kDefaultTuningBf16 : kDefaultTuning;
+}
+
 cudaError_t TransposeTma(const void* d_in, void* d_out, int64_t rows, int64_t cols, int elem_bytes,
                          cudaStream_t stream) {
-  return TransposeTmaTuned(kDefaultTuning, d_in, d_out, rows, cols, elem_bytes, stream);
+  return TransposeTmaTuned(TransposeTmaDefaultTuning(elem_bytes), d_in, d_out, rows, cols,
+                           elem_bytes, stream);
 }
 
 }  // namespace opserve::kernels

@@ -1,5 +1,5 @@
 // The knobs of TransposeTma (kernels/transpose_tma.cu), for the kernel layer and its benchmark
-// only: TransposeTma itself runs kTransposeTmaDefault. opserve-bench --transpose-sweep times
+// only: TransposeTma itself runs TransposeTmaDefaultTuning(elem_bytes). opserve-bench --transpose-sweep times
 // every supported combination, which is how the defaults were chosen (PERFORMANCE.md).
 #pragma once
 
@@ -19,6 +19,9 @@ struct TransposeTmaTuning {
   // Resident CTAs per SM (capped by what fits).
   int max_ctas_per_sm = 2;
 };
+
+// What TransposeTma runs for this element width (4: FLOAT32/INT32, 2: BFLOAT16).
+TransposeTmaTuning TransposeTmaDefaultTuning(int elem_bytes);
 
 // TransposeTma with explicit knobs; cudaErrorInvalidValue for an unsupported tile.
 cudaError_t TransposeTmaTuned(const TransposeTmaTuning& tuning, const void* d_in, void* d_out,

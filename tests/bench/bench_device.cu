@@ -56,6 +56,17 @@ __global__ void spin_kernel(int64_t ns) {
   } while (static_cast<int64_t>(now - start) < ns);
 }
 
+__global__ void clock_probe_kernel(float* mhz, int64_t ns) {
+  uint64_t t0, t1;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  const long long c0 = clock64();
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+  } while (static_cast<int64_t>(t1 - t0) < ns);
+  const long long c1 = clock64();
+  *mhz = static_cast<float>(static_cast<double>(c1 - c0) * 1e3 / static_cast<double>(t1 - t0));
+}
+
 __global__ void scale_kernel(float* d, int64_t n, float scale) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
@@ -88,7 +99,10 @@ __global__ void transpose_check_kernel(const uint32_t* in, const uint32_t* out, 
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t r = i / cols, c = i % cols;
-    if (out[c * rows + r] != in[i]) atomicAdd(mismatches, 1ull);
+    if (out[c * rows + r] != in[i]) {
+      atomicAdd(mismatches, 1ull);
+      atomicMin(mismatches + 1, static_cast<unsigned long long>(i));
+    }
   }
 }
 
@@ -119,6 +133,11 @@ cudaError_t Spin(int64_t ns, cudaStream_t stream) {
   return cudaPeekAtLastError();
 }
 
+cudaError_t ClockProbe(float* d_mhz, int64_t ns, cudaStream_t stream) {
+  clock_probe_kernel<<<1, 1, 0, stream>>>(d_mhz, ns);
+  return cudaPeekAtLastError();
+}
+
 cudaError_t ScaleInPlace(float* d, int64_t n, float scale, cudaStream_t stream) {
   scale_kernel<<<Grid(n), kThreads, 0, stream>>>(d, n, scale);
   return cudaPeekAtLastError();
@@ -141,19 +160,22 @@ cudaError_t RelativeError(const float* d_got, const float* d_want, int64_t n, do
 }
 
 cudaError_t TransposeMismatches(const uint32_t* d_in, const uint32_t* d_out, int64_t rows,
-                                int64_t cols, uint64_t* mismatches, cudaStream_t stream) {
-  unsigned long long* d_count = nullptr;
-  cudaError_t err = cudaMallocAsync(&d_count, sizeof(*d_count), stream);
+                                int64_t cols, uint64_t* mismatches, cudaStream_t stream,
+                                int64_t* first_bad) {
+  unsigned long long* d_count = nullptr;  // [0] mismatches, [1] smallest wrong index
+  cudaError_t err = cudaMallocAsync(&d_count, 2 * sizeof(*d_count), stream);
   if (err != cudaSuccess) return err;
   cudaMemsetAsync(d_count, 0, sizeof(*d_count), stream);
+  cudaMemsetAsync(d_count + 1, 0xFF, sizeof(*d_count), stream);
   transpose_check_kernel<<<Grid(rows * cols), kThreads, 0, stream>>>(d_in, d_out, rows, cols,
                                                                      d_count);
-  unsigned long long count = 0;
-  cudaMemcpyAsync(&count, d_count, sizeof(count), cudaMemcpyDeviceToHost, stream);
+  unsigned long long count[2] = {0, 0};
+  cudaMemcpyAsync(count, d_count, sizeof(count), cudaMemcpyDeviceToHost, stream);
   cudaFreeAsync(d_count, stream);
   err = cudaStreamSynchronize(stream);
   if (err != cudaSuccess) return err;
-  *mismatches = count;
+  *mismatches = count[0];
+  if (first_bad != nullptr) *first_bad = count[0] ? static_cast<int64_t>(count[1]) : -1;
   return cudaGetLastError();
 }
 

@@ -21,6 +21,11 @@ cudaError_t FillRandomBf16(uint16_t* d, int64_t n, uint64_t seed, cudaStream_t s
 // and not the host's launch overhead.
 cudaError_t Spin(int64_t ns, cudaStream_t stream);
 
+// The SM clock right now, in MHz, into *d_mhz: one thread counts clock64() cycles over `ns`
+// nanoseconds of %globaltimer. Queued right after a timed run, it shows whether that run left
+// the GPU clocked down (power or thermal limits), which a long tensor-core GEMM can.
+cudaError_t ClockProbe(float* d_mhz, int64_t ns, cudaStream_t stream);
+
 // d[i] *= scale for i < n (turns a row sum into a row mean).
 cudaError_t ScaleInPlace(float* d, int64_t n, float scale, cudaStream_t stream);
 
@@ -30,7 +35,11 @@ cudaError_t RelativeError(const float* d_got, const float* d_want, int64_t n, do
 
 // The transposed input is checked elementwise: 0 when out[c, r] == in[r, c] for every element
 // of a 32-bit [rows, cols] matrix, else the number of mismatches (capped). Syncs.
+// `first_bad` (optional) gets the smallest input index i = r * cols + c whose element is wrong,
+// -1 when none: a whole wrong tile (a race over a shared-memory stage) and a lone wrong element
+// (memory or transfer error) look different there.
 cudaError_t TransposeMismatches(const uint32_t* d_in, const uint32_t* d_out, int64_t rows,
-                                int64_t cols, uint64_t* mismatches, cudaStream_t stream);
+                                int64_t cols, uint64_t* mismatches, cudaStream_t stream,
+                                int64_t* first_bad = nullptr);
 
 }  // namespace opserve::bench

@@ -4,7 +4,7 @@
 // segmented reduce, and cuBLAS SGEMM (pedantic FP32), TF32 and BF16. Optionally the service path
 // over loopback gRPC (--ops=...,service). A benchmark, not a test.
 //
-//   opserve-bench [--ops=sum,row_mean,transpose,matmul,service] [--quick] [--out=DIR]
+//   opserve-bench [--ops=sum,row_mean,transpose,matmul,service,cublas_handles] [--quick] [--out=DIR]
 //                 [--reps=N] [--algos=a,b,auto] [--shapes=LABEL,...] [--opserve=PATH]
 //
 // Method (METHOD.md of the lent GPU machines):
@@ -433,6 +433,150 @@ class Bench {
     }
   }
 
+  // Why the table's cuBLAS row (the server's handle) ran 14% slower than the bf16 anchor (the
+  // benchmark's handle) at 8192^3 (H200, 2026-11-22: 1645 vs 1445 us; no gap at 4096^3). The same
+  // GemmEx through: the benchmark's handle; the table row (server handle, dlopen'ed cuBLAS,
+  // MatmulCublas); the server handle through the linked cuBLAS; a fresh handle; a fresh handle
+  // with a 32 MiB workspace of its own; and tensor_core for scale. First interleaved run by run
+  // (order rotated each round), so clock drift hits every variant alike; then each in a block of
+  // runs, as the table times them. After every run a probe reads the SM clock: a gap that follows
+  // the order and the clock, not the handle, is the GPU clocking down under a long GEMM.
+  void CublasHandles() {
+    struct S {
+      int64_t m, n, k;
+    };
+    const S shapes[] = {{8192, 8192, 8192}, {4096, 4096, 4096}};
+    const AlgoSpec* table_cublas = nullptr;
+    const AlgoSpec* table_tc = nullptr;
+    for (const AlgoSpec* a : AlgorithmsFor("matmul", *backend_)) {
+      if (a->backend != "cuda") continue;
+      if (a->name == "cublas") table_cublas = a;
+      if (a->name == "tensor_core") table_tc = a;
+    }
+    if (table_cublas == nullptr || table_tc == nullptr) Die("no cuda cublas / tensor_core rows");
+    constexpr size_t kWorkspace = 32u << 20;  // NVIDIA's recommendation for Hopper
+    void* ws_none = nullptr;
+    void* ws_32 = nullptr;
+    void* fresh = CreateBlasHandle(stream_, 0, &ws_none);
+    void* fresh_ws = CreateBlasHandle(stream_, kWorkspace, &ws_32);
+    if (fresh == nullptr || fresh_ws == nullptr) Die("cuBLAS: fresh handles");
+    for (const S& s : shapes) {
+      const std::string label = absl::StrCat(s.m, "x", s.n, "x", s.k);
+      if (!WantShape(label)) continue;
+      Case c = MakeCase("matmul", {TensorMeta{DType::kBFloat16, {s.m, s.k}},
+                                   TensorMeta{DType::kBFloat16, {s.k, s.n}}},
+                        label);
+      Sets sets(c.inputs, c.output, stream_);
+      struct Variant {
+        std::string name;
+        std::function<bool(int)> run;
+      };
+      auto direct = [&](void* h) {
+        return [&, h](int set) {
+          return GemmBf16OnHandle(h, sets.in(0, set), sets.in(1, set),
+                                  static_cast<float*>(sets.out(set)), s.m, s.n, s.k) == cudaSuccess;
+        };
+      };
+      const std::vector<Variant> variants = {
+          {"bench_handle", [&](int set) {
+             return blas_.Gemm(Blas::Precision::kBf16, sets.in(0, set), sets.in(1, set),
+                               static_cast<float*>(sets.out(set)), s.m, s.n, s.k) == cudaSuccess;
+           }},
+          {"table_row_server_handle", [&](int set) { return RunTable(*table_cublas, c, sets, set); }},
+          {"server_handle_linked", direct(env_->blas_handle())},
+          {"fresh_handle", direct(fresh)},
+          {"fresh_handle_ws32MiB", direct(fresh_ws)},
+          {"table_tensor_core", [&](int set) { return RunTable(*table_tc, c, sets, set); }},
+      };
+      const int nv = static_cast<int>(variants.size());
+      if (nv != 6) Die("cublas_handles: the blocked order below lists 6 variants");
+      const int rounds = opt_.reps;
+      DeviceMem mhz(sizeof(float) * nv * rounds * 2);
+      float* d_mhz = reinterpret_cast<float*>(mhz.get());
+      constexpr int64_t kProbeNs = 50 * 1000;
+      // One timed run of variant v into slot `slot`; returns false on failure.
+      std::vector<cudaEvent_t> ev(2 * nv * rounds * 2);
+      for (cudaEvent_t& e : ev) Check(cudaEventCreate(&e), "cudaEventCreate");
+      auto timed = [&](int v, int slot) {
+        Check(Spin(kSpinNs, stream_), "spin");
+        Check(cudaEventRecord(ev[2 * slot], stream_), "event");
+        const bool ok = variants[v].run(sets.Next());
+        Check(cudaEventRecord(ev[2 * slot + 1], stream_), "event");
+        Check(ClockProbe(d_mhz + slot, kProbeNs, stream_), "clock probe");
+        return ok;
+      };
+      // Warm-up: every variant twice (handles' first-call setup, heuristics caches).
+      for (int w = 0; w < 2; ++w) {
+        for (int v = 0; v < nv; ++v) {
+          if (!variants[v].run(sets.Next())) Die(absl::StrCat("cublas_handles: ", variants[v].name));
+        }
+      }
+      FinishEnv();
+      // slot = phase * nv * rounds + v * rounds + r
+      bool ok = true;
+      for (int r = 0; r < rounds && ok; ++r) {  // interleaved, order rotated every round
+        for (int i = 0; i < nv && ok; ++i) {
+          const int v = (r + i) % nv;
+          ok = timed(v, v * rounds + r);
+        }
+      }
+      // Blocked, as the table runs them: tensor_core first, then the table's cuBLAS row right
+      // after it (the table's order), then the rest.
+      const int blocked_order[] = {5, 1, 0, 2, 3, 4};
+      static_assert(std::size(blocked_order) == 6, "one entry per variant");
+      for (int v : blocked_order) {
+        for (int r = 0; r < rounds && ok; ++r) ok = timed(v, nv * rounds + v * rounds + r);
+      }
+      FinishEnv();
+      if (!ok) Die("cublas_handles: a run failed");
+      std::vector<float> h_mhz(nv * rounds * 2);
+      Check(cudaMemcpy(h_mhz.data(), d_mhz, h_mhz.size() * sizeof(float), cudaMemcpyDeviceToHost),
+            "read clocks");
+      auto median = [](std::vector<double> x) {
+        std::sort(x.begin(), x.end());
+        const size_t n = x.size();
+        return n == 0 ? 0.0 : (n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]));
+      };
+      std::printf("cublas_handles %s BFLOAT16 (%d rounds; us median / min, SM MHz median after "
+                  "each run)\n",
+                  label.c_str(), rounds);
+      for (int phase = 0; phase < 2; ++phase) {
+        for (int v = 0; v < nv; ++v) {
+          std::vector<double> us, clk;
+          for (int r = 0; r < rounds; ++r) {
+            const int slot = phase * nv * rounds + v * rounds + r;
+            float ms = 0;
+            Check(cudaEventElapsedTime(&ms, ev[2 * slot], ev[2 * slot + 1]), "elapsed");
+            us.push_back(ms * 1e3);
+            clk.push_back(h_mhz[slot]);
+          }
+          Row row;
+          row.op = "cublas_handles";
+          row.shape = label;
+          row.dtype = "BFLOAT16";
+          row.algorithm = absl::StrCat(phase == 0 ? "interleaved:" : "blocked:", variants[v].name);
+          row.reps = rounds;
+          row.median_us = median(us);
+          row.min_us = *std::min_element(us.begin(), us.end());
+          row.flops = c.cost.flops;
+          row.bytes = c.cost.bytes;
+          row.tflops = row.flops / (row.median_us * 1e-6) / 1e12;
+          row.gbps = row.bytes / (row.median_us * 1e-6) / 1e9;
+          row.anchor = "-";
+          row.anchor2 = "sm_mhz";  // the "vs stream" column of these rows: the SM clock, MHz
+          row.ratio2 = median(clk);
+          report_.rows.push_back(row);
+          std::printf("  %-36s %9.1f / %9.1f us %7.1f TFLOP/s  %6.0f MHz\n", row.algorithm.c_str(),
+                      row.median_us, row.min_us, row.tflops, median(clk));
+        }
+      }
+      std::fflush(stdout);
+      for (cudaEvent_t& e : ev) cudaEventDestroy(e);
+    }
+    DestroyBlasHandle(fresh, ws_none);
+    DestroyBlasHandle(fresh_ws, ws_32);
+  }
+
   // TransposeTma's knobs (kernels/transpose_tma_tuning.h) over the transpose shapes: first every
   // tile shape on ragged shapes against the element-wise check, then the timings. Writes
   // DIR/transpose_sweep.csv and prints each shape's fastest settings.
@@ -482,8 +626,18 @@ class Bench {
     }
     std::printf("transpose sweep: ragged checks of %zu tile shapes: %s\n", tiles.size(),
                 bad ? "FAILED" : "all exact");
-    std::string csv = "shape,tuning,median_us,gbps,ratio_copy,check_ok\n";
+    // Every variant's output is checked element-wise on every shape after its timing (the first
+    // sweep checked 16384^2 only, and one 3-CTA variant failed there once); 3-CTA variants, the
+    // only ones that failed, are run and checked kRechecks more times. A failure prints its count
+    // and first wrong element (tile-aligned blocks of wrong elements point at a shared-memory
+    // race, a lone element at memory).
+    constexpr int kRechecks = 4;
+    int failed_variants = 0;
+    std::string csv =
+        "shape,tuning,median_us,gbps,ratio_copy,check_ok,checks,failed_checks,mismatches,"
+        "first_bad_row,first_bad_col\n";
     const std::pair<int64_t, int64_t> shapes[] = {{16384, 16384}, {32768, 32768}, {8192, 32768}, {4096, 4096}};
+    const std::string default_name = name(kernels::TransposeTmaDefaultTuning(4));
     for (const auto& [r, c] : shapes) {
       TensorMeta m{DType::kFloat32, {r, c}};
       Sets sets({m}, TensorMeta{DType::kFloat32, {c, r}}, stream_);
@@ -497,33 +651,57 @@ class Bench {
                                                 stream_) == cudaSuccess;
             },
             [] {});
-        bool ok = true;
-        if (r == 16384) {
-          uint64_t mismatches = 0;
+        const int checks = 1 + (tu.max_ctas_per_sm >= 3 ? kRechecks : 0);
+        int failed_checks = 0;
+        uint64_t worst = 0;
+        int64_t first_bad = -1;
+        for (int k = 0; k < checks; ++k) {
+          // A fresh poison each time, so a check cannot pass on an earlier run's output.
+          Check(cudaMemsetAsync(sets.out(0), 0xFF, m.Bytes(), stream_), "poison");
           Check(kernels::TransposeTmaTuned(tu, sets.in(0, 0), sets.out(0), r, c, 4, stream_), "run");
+          uint64_t mismatches = 0;
+          int64_t bad = -1;
           Check(TransposeMismatches(static_cast<const uint32_t*>(sets.in(0, 0)),
                                     static_cast<const uint32_t*>(sets.out(0)), r, c, &mismatches,
-                                    stream_),
+                                    stream_, &bad),
                 "transpose check");
-          ok = mismatches == 0;
+          if (mismatches) {
+            ++failed_checks;
+            if (mismatches > worst) worst = mismatches;
+            if (first_bad < 0) first_bad = bad;
+            std::printf("  SWEEP CHECK FAILED: %s %ldx%ld check %d of %d: %lu wrong, first at "
+                        "input (%ld, %ld)\n",
+                        name(tu).c_str(), long(r), long(c), k + 1, checks,
+                        static_cast<unsigned long>(mismatches), long(bad / c), long(bad % c));
+          }
         }
+        const bool ok = failed_checks == 0;
+        if (!ok) ++failed_variants;
         const double gbps = bytes / (st.median_us * 1e-6) / 1e9;
-        csv += absl::StrFormat("%ldx%ld,%s,%.2f,%.1f,%.4f,%d\n", long(r), long(c), name(tu),
-                               st.median_us, gbps, gbps / report_.copy_gbps, ok ? 1 : 0);
+        csv += absl::StrFormat("%ldx%ld,%s,%.2f,%.1f,%.4f,%d,%d,%d,%lu,%ld,%ld\n", long(r), long(c),
+                               name(tu), st.median_us, gbps, gbps / report_.copy_gbps, ok ? 1 : 0,
+                               checks, failed_checks, static_cast<unsigned long>(worst),
+                               long(first_bad < 0 ? -1 : first_bad / c),
+                               long(first_bad < 0 ? -1 : first_bad % c));
         results.push_back({st.median_us, name(tu) + (ok ? "" : " CHECK FAILED")});
       }
       std::sort(results.begin(), results.end());
       std::printf("transpose sweep %ldx%ld (copy %.0f GB/s):\n", long(r), long(c), report_.copy_gbps);
       for (size_t i = 0; i < results.size(); ++i) {
-        const bool is_default = results[i].second.rfind("tile64x2_g32_l2128_cta2", 0) == 0;
+        const bool is_default = results[i].second.rfind(default_name, 0) == 0;
         if (i < 8 || is_default) {
           const double gbps = bytes / (results[i].first * 1e-6) / 1e9;
-          std::printf("  %2zu %-32s %9.1f us %7.0f GB/s %.3fx\n", i + 1, results[i].second.c_str(),
-                      results[i].first, gbps, gbps / report_.copy_gbps);
+          std::printf("  %2zu %-32s %9.1f us %7.0f GB/s %.3fx%s\n", i + 1, results[i].second.c_str(),
+                      results[i].first, gbps, gbps / report_.copy_gbps,
+                      is_default ? "  (default)" : "");
         }
       }
       std::fflush(stdout);
     }
+    std::printf("transpose sweep: element-wise checks of %zu variants x %zu shapes: %s\n",
+                tunings.size(), std::size(shapes),
+                failed_variants ? absl::StrCat(failed_variants, " variant-shapes FAILED").c_str()
+                                : "all exact");
     if (!dir.empty()) {
       mkdir(dir.c_str(), 0755);
       std::ofstream(dir + "/transpose_sweep.csv") << csv;
@@ -854,7 +1032,8 @@ Options ParseArgs(int argc, char** argv) {
       o.opserve_bin = v;
     } else if (a == "--help" || a == "-h") {
       std::printf(
-          "opserve-bench [--ops=sum,row_mean,transpose,matmul,service] [--service] [--quick]\n"
+          "opserve-bench [--ops=sum,row_mean,transpose,matmul,service,cublas_handles] [--service]\n"
+          "              [--quick]\n"
           "              [--out=DIR] [--reps=N>=20] [--algos=a,b,auto] [--shapes=LABEL,...]\n"
           "              [--opserve=PATH] [--transpose-sweep]\n");
       std::exit(0);
@@ -900,6 +1079,7 @@ int main(int argc, char** argv) {
 
   const bool kernels = opt.ops.count("sum") || opt.ops.count("row_mean") ||
                        opt.ops.count("transpose") || opt.ops.count("matmul") ||
+                       opt.ops.count("cublas_handles") ||
                        opt.transpose_sweep;
   if (kernels) {
     // The server's own backend and execution context: the table rows run exactly as they do
@@ -916,6 +1096,7 @@ int main(int argc, char** argv) {
     if (opt.ops.count("row_mean")) bench.RowMean();
     if (opt.ops.count("transpose")) bench.Transpose();
     if (opt.ops.count("matmul")) bench.Matmul();
+    if (opt.ops.count("cublas_handles")) bench.CublasHandles();
     Report& r = bench.report();
     rep.rows = std::move(r.rows);
     rep.copy_gbps = r.copy_gbps;

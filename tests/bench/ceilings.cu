@@ -143,12 +143,39 @@ cudaError_t Blas::Gemm(Precision precision, const void* d_a, const void* d_b, fl
                                       d_c, CUDA_R_32F, n, CUBLAS_COMPUTE_32F_FAST_TF32,
                                       CUBLAS_GEMM_DEFAULT));
     case Precision::kBf16:
-      return FromBlas(cublasGemmEx_64(static_cast<cublasHandle_t>(fast_), CUBLAS_OP_N, CUBLAS_OP_N,
-                                      n, m, k, &one, d_b, CUDA_R_16BF, n, d_a, CUDA_R_16BF, k,
-                                      &zero, d_c, CUDA_R_32F, n, CUBLAS_COMPUTE_32F,
-                                      CUBLAS_GEMM_DEFAULT));
+      return GemmBf16OnHandle(fast_, d_a, d_b, d_c, m, n, k);
   }
   return cudaErrorInvalidValue;
+}
+
+cudaError_t GemmBf16OnHandle(void* handle, const void* d_a, const void* d_b, float* d_c, int64_t m,
+                             int64_t n, int64_t k) {
+  const float one = 1.0f, zero = 0.0f;
+  return FromBlas(cublasGemmEx_64(static_cast<cublasHandle_t>(handle), CUBLAS_OP_N, CUBLAS_OP_N, n,
+                                  m, k, &one, d_b, CUDA_R_16BF, n, d_a, CUDA_R_16BF, k, &zero, d_c,
+                                  CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+void* CreateBlasHandle(cudaStream_t stream, size_t workspace_bytes, void** d_workspace) {
+  *d_workspace = nullptr;
+  cublasHandle_t h = nullptr;
+  if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) return nullptr;
+  bool ok = cublasSetStream(h, stream) == CUBLAS_STATUS_SUCCESS;
+  if (ok && workspace_bytes > 0) {
+    ok = cudaMalloc(d_workspace, workspace_bytes) == cudaSuccess &&
+         cublasSetWorkspace(h, *d_workspace, workspace_bytes) == CUBLAS_STATUS_SUCCESS;
+  }
+  if (!ok) {
+    DestroyBlasHandle(h, *d_workspace);
+    *d_workspace = nullptr;
+    return nullptr;
+  }
+  return h;
+}
+
+void DestroyBlasHandle(void* handle, void* d_workspace) {
+  if (handle != nullptr) cublasDestroy(static_cast<cublasHandle_t>(handle));
+  if (d_workspace != nullptr) cudaFree(d_workspace);
 }
 
 }  // namespace opserve::bench

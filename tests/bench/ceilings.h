@@ -47,4 +47,15 @@ class Blas {
   void* fast_ = nullptr;      // cublasHandle_t in the default math mode: GemmEx TF32 / BF16
 };
 
+// For the cuBLAS handle diagnostic (--ops=cublas_handles): a new handle on `stream` in the
+// default math mode, optionally with a workspace of its own (cublasSetWorkspace after
+// cublasSetStream, which resets it); nullptr on failure. *d_workspace gets the cudaMalloc'ed
+// workspace (nullptr for none) for DestroyBlasHandle to free.
+void* CreateBlasHandle(cudaStream_t stream, size_t workspace_bytes, void** d_workspace);
+void DestroyBlasHandle(void* handle, void* d_workspace);
+// The benchmark's BF16 GemmEx (bf16 A, B; fp32 C; CUBLAS_COMPUTE_32F; row-major C = A B) on any
+// handle, e.g. the server's own, through the linked cuBLAS.
+cudaError_t GemmBf16OnHandle(void* handle, const void* d_a, const void* d_b, float* d_c, int64_t m,
+                             int64_t n, int64_t k);
+
 }  // namespace opserve::bench
