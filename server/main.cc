@@ -18,6 +18,7 @@
 #include "server/cpu/cpu_backend.h"
 #include "server/security.h"
 #include "server/service.h"
+#include "server/warmup.h"
 #if OPSERVE_WITH_CUDA
 #include "server/cuda/cuda_backend.h"
 #endif
@@ -133,6 +134,16 @@ int Run() {
   if (!worker.ok()) {
     std::cerr << "opserve: device worker: " << worker.status() << std::endl;
     return 2;
+  }
+  if (backend->name() == "cuda") {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto runs = WarmUpKernels(*backend, **worker);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (runs.ok()) {
+      std::cerr << "opserve: warm-up: " << *runs << " kernel runs in " << static_cast<int>(ms) << " ms" << std::endl;
+    } else {
+      std::cerr << "opserve: warm-up stopped (first requests will be slower): " << runs.status() << std::endl;
+    }
   }
   TensorStore store;
   OpServeService service(*backend, store, **worker, metrics.get(), options);

@@ -1,0 +1,72 @@
+#include "server/warmup.h"
+
+#include <future>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "server/ops.h"
+#include "server/status_macros.h"
+
+namespace opserve {
+namespace {
+
+// Square sides: small, medium and large enough to reach each launcher's shape-dependent
+// variants (few vs many rows, split rows, tile counts). matmul stops at 1024: its teaching
+// kernels would take ~0.3 s at 4096^3.
+constexpr int64_t kSides[] = {64, 1024, 4096};
+constexpr int64_t kMaxMatmulSide = 1024;
+
+absl::StatusOr<int> RunAll(Backend& backend, ExecEnv& env) {
+  int runs = 0;
+  const AttrMap no_attrs;
+  for (const OpSpec& op : Ops()) {
+    for (const AlgoSpec* algo : AlgorithmsFor(op.name, backend)) {
+      for (DType dtype : algo->dtypes) {
+        for (int64_t n : kSides) {
+          if (op.arity == 2 && n > kMaxMatmulSide) continue;
+          std::vector<TensorMeta> in(op.arity, TensorMeta{dtype, {n, n}});
+          auto out = op.infer(in);
+          if (!out.ok()) continue;  // an op that takes no square inputs of this dtype
+          // A small --memory_budget_bytes skips the shapes that do not fit.
+          std::vector<BufferPtr> buffers;
+          std::vector<const void*> ptrs;
+          bool fits = true;
+          for (const TensorMeta& m : in) {
+            auto b = env.Allocate(m.Bytes());
+            if (!b.ok() && absl::IsResourceExhausted(b.status())) fits = false;
+            if (!fits) break;
+            if (!b.ok()) return b.status();
+            ptrs.push_back((*b)->data());
+            buffers.push_back(*std::move(b));
+          }
+          auto o = fits ? env.Allocate(out->Bytes()) : absl::ResourceExhaustedError("");
+          if (!o.ok() && absl::IsResourceExhausted(o.status())) continue;
+          if (!o.ok()) return o.status();
+          env.BeginRequest();
+          KernelArgs args{ptrs, in, (*o)->data(), *out, no_attrs, env};
+          if (absl::Status s = algo->run(args); !s.ok()) {
+            (void)env.Finish(0);
+            return absl::Status(s.code(), absl::StrCat(op.name, "/", algo->name, ": ", s.message()));
+          }
+          RETURN_IF_ERROR(env.Finish(0).status());
+          ++runs;
+        }
+      }
+    }
+  }
+  return runs;
+}
+
+}  // namespace
+
+absl::StatusOr<int> WarmUpKernels(Backend& backend, DeviceWorker& worker) {
+  std::promise<absl::StatusOr<int>> result;
+  auto done = result.get_future();
+  RETURN_IF_ERROR(worker.Submit([&](ExecEnv& env) -> DeviceWorker::Completion {
+    result.set_value(RunAll(backend, env));
+    return nullptr;
+  }));
+  return done.get();
+}
+
+}  // namespace opserve
