@@ -13,7 +13,8 @@
 # file under $build/sanitizer-logs (log_path), so that a report fails the step even when the test
 # around it passed: a leak reported as a server exits, an error in a server the test then kills.
 #
-# ASan+UBSan: ASAN_OPTIONS=detect_leaks=1:halt_on_error=1, UBSAN_OPTIONS=print_stacktrace=1:
+# ASan+UBSan: ASAN_OPTIONS=detect_leaks=1:halt_on_error=1, LSAN_OPTIONS with tests/fuzz/lsan.supp
+# (c-ares' resolver memory only), UBSAN_OPTIONS=print_stacktrace=1:
 # halt_on_error=1; any report fails.
 #
 # TSan: TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 and tests/fuzz/tsan.supp (races inside
@@ -127,9 +128,11 @@ run_variant() {
     asan)
       # One log_path for both: the combined runtime takes it from whichever options it reads last.
       export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:log_path=$logs/strict/asan-ubsan"
+      # c-ares' resolver memory only (tests/fuzz/lsan.supp says why).
+      export LSAN_OPTIONS="suppressions=$root/tests/fuzz/lsan.supp:print_suppressions=0"
       export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$logs/strict/asan-ubsan"
       run_suites "$build" all || rc=1
-      unset ASAN_OPTIONS UBSAN_OPTIONS
+      unset ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS
       check_logs "$logs/strict" || rc=1
       ;;
     tsan)

@@ -75,6 +75,7 @@ struct Options {
   std::set<std::string> algos;   // empty: all
   std::set<std::string> shapes;  // empty: all
   std::string opserve_bin;
+  int64_t chunk_bytes = 0;  // --chunk_bytes: the service path's transfer chunk (0: default)
   bool transpose_sweep = false;  // time TransposeTma's knobs instead of the table
 };
 
@@ -1028,6 +1029,8 @@ Options ParseArgs(int argc, char** argv) {
       o.shapes = SplitSet(v);
     } else if (a == "--transpose-sweep") {
       o.transpose_sweep = true;
+    } else if (const char* v = val("--chunk_bytes=")) {
+      o.chunk_bytes = std::atoll(v);
     } else if (const char* v = val("--opserve=")) {
       o.opserve_bin = v;
     } else if (a == "--help" || a == "-h") {
@@ -1035,7 +1038,7 @@ Options ParseArgs(int argc, char** argv) {
           "opserve-bench [--ops=sum,row_mean,transpose,matmul,service,cublas_handles] [--service]\n"
           "              [--quick]\n"
           "              [--out=DIR] [--reps=N>=20] [--algos=a,b,auto] [--shapes=LABEL,...]\n"
-          "              [--opserve=PATH] [--transpose-sweep]\n");
+          "              [--opserve=PATH] [--transpose-sweep] [--chunk_bytes=N]\n");
       std::exit(0);
     } else {
       Die(absl::StrCat("unknown argument ", a, " (--help lists them)"));
@@ -1106,11 +1109,12 @@ int main(int argc, char** argv) {
 #if OPSERVE_BENCH_SERVICE
     ServiceOptions so;
     so.opserve_bin = opt.opserve_bin;
+    so.chunk_bytes = opt.chunk_bytes;
     if (so.opserve_bin.empty()) {
       const std::string beside = SelfDir() + "/opserve";
       so.opserve_bin = access(beside.c_str(), X_OK) == 0 ? beside : OPSERVE_BIN_DEFAULT;
     }
-    std::printf("service path over loopback gRPC (%s)\n", so.opserve_bin.c_str());
+    std::printf("service path over loopback gRPC (%s, chunk %lld bytes; 0: the client default)\n", so.opserve_bin.c_str(), static_cast<long long>(so.chunk_bytes));
     std::fflush(stdout);
     rep.service = RunServiceBench(so);
 #else

@@ -168,6 +168,7 @@ ServiceFigures RunServiceBench(const ServiceOptions& opt) {
   }
   client::ClientOptions co;
   co.target = absl::StrCat("127.0.0.1:", server.port());
+  if (opt.chunk_bytes > 0) co.chunk_bytes = opt.chunk_bytes;
   auto conn = client::Client::Connect(co);
   if (!conn.ok()) {
     f.error = std::string(conn.status().message());

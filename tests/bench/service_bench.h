@@ -13,6 +13,7 @@ struct ServiceOptions {
   int executes = 1000;       // timed Execute calls (and as many Health/Check calls, interleaved)
   int warmups = 40;
   int transfer_reps = 3;     // PutTensor / GetTensor of 1 GiB
+  int64_t chunk_bytes = 0;   // the client's transfer chunk; 0: the client library's default
 };
 
 // Starts opserve (--device=cuda --port=0 on 127.0.0.1), measures, stops it. Errors land in

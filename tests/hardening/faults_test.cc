@@ -43,8 +43,11 @@ TEST_F(DisconnectTest, KilledClientMidUploadLeavesNoTensorAndNoReservation) {
   const client::HostTensor ten = RandomTensor(v1::FLOAT32, {10 * 1024 * 256}, rng_);
   EXPECT_TRUE(StatusIs(client().PutTensor("probe", ten, false).status(),
                        Code::kResourceExhausted, {"--memory_budget_bytes"}));
-  EXPECT_FALSE(client().ListTensors()->empty());
-  for (const v1::TensorInfo& info : *client().ListTensors()) EXPECT_NE(info.name(), "partial");
+  // A named list: a range-for over `*client().ListTensors()` would walk a destroyed temporary.
+  const auto listed = client().ListTensors();
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_FALSE(listed->empty());
+  for (const v1::TensorInfo& info : *listed) EXPECT_NE(info.name(), "partial");
 
   (*helper)->Kill();
 
