@@ -8,7 +8,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cublas_loader.h"
-#include "kernels/matmul.h"
 #include "kernels/test_fault.h"
 #include "server/cuda/launch.h"
 #include "server/cuda/pinned_pool.h"
@@ -295,7 +294,6 @@ class CudaExecEnv final : public ExecEnv {
     blas_ = kernels::CublasCreateHandle(stream_);
     if (blas_ == nullptr) return absl::InternalError("cuBLAS: no handle (see the log for why)");
     backend_->set_compute_stream(stream_);
-    WarmUpCublas();
     return absl::OkStatus();
   }
 
@@ -376,32 +374,6 @@ class CudaExecEnv final : public ExecEnv {
       events_.emplace_back(a, b);
     }
     return events_[i];
-  }
-
-  // cuBLAS loads its kernels on first use: the first GEMM after start took ~97 ms on the H200
-  // (4096^3 FLOAT32 through the server). One FLOAT32 and one BFLOAT16 GEMM per size class at
-  // start-up moves that cost out of the first request. Not charged to the budget; skipped
-  // quietly if memory is short (the first request then pays).
-  void WarmUpCublas() {
-    for (const int64_t n : {256, 4096}) {
-      const uint64_t elems = static_cast<uint64_t>(n) * n;
-      void* p = nullptr;
-      if (cudaMallocAsync(&p, elems * (4 + 4 + 4), stream_) != cudaSuccess) {
-        cudaGetLastError();
-        return;
-      }
-      cudaMemsetAsync(p, 0, elems * 12, stream_);
-      float* a = static_cast<float*>(p);
-      float* b = a + elems;
-      float* c = b + elems;
-      (void)kernels::MatmulCublas(blas_, a, b, c, n, n, n, stream_);
-      auto* ah = reinterpret_cast<const kernels::bf16_bits*>(a);
-      auto* bh = reinterpret_cast<const kernels::bf16_bits*>(b);
-      (void)kernels::MatmulCublas(blas_, ah, bh, c, n, n, n, stream_);
-      cudaFreeAsync(p, stream_);
-    }
-    cudaStreamSynchronize(stream_);
-    cudaGetLastError();
   }
 
   static constexpr uint64_t kMaxStagingBytes = 16 << 20;
