@@ -152,6 +152,18 @@ int Run() {
   // Before the server starts: a supervisor may signal the moment it sees the listening line.
   signal(SIGTERM, OnSignal);
   signal(SIGINT, OnSignal);
+  // Set before the server starts (worker jobs read it): a device that fails turns health
+  // NOT_SERVING once the health service exists; until then the check after start covers it.
+  std::atomic<grpc::HealthCheckServiceInterface*> health_service{nullptr};
+  std::atomic<bool> reported_unhealthy{false};
+  service.set_on_unhealthy([&health_service, &reported_unhealthy] {
+    grpc::HealthCheckServiceInterface* h = health_service.load();
+    if (h == nullptr) return;
+    h->SetServingStatus(false);
+    if (!reported_unhealthy.exchange(true)) {
+      std::cerr << "opserve: the device failed; health is NOT_SERVING" << std::endl;
+    }
+  });
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -172,10 +184,8 @@ int Run() {
   }
   auto* health = server->GetHealthCheckService();
   health->SetServingStatus(true);
-  service.set_on_unhealthy([health] {
-    health->SetServingStatus(false);
-    std::cerr << "opserve: the device failed; health is NOT_SERVING" << std::endl;
-  });
+  health_service.store(health);
+  if (!backend->Healthy().ok()) service.ReportUnhealthy();  // failed during the warm-up
   std::cerr << "opserve: listening on " << absl::GetFlag(FLAGS_host) << ":" << port << std::endl;
 
   while (g_signal.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));

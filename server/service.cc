@@ -164,6 +164,7 @@ grpc::ServerUnaryReactor* OpServeService::Execute(grpc::CallbackServerContext* c
     return reactor;
   }
   if (absl::Status healthy = backend_.Healthy(); !healthy.ok()) {
+    ReportUnhealthy();  // a transfer may have seen the failure first
     finish(healthy);
     return reactor;
   }
@@ -183,7 +184,7 @@ grpc::ServerUnaryReactor* OpServeService::Execute(grpc::CallbackServerContext* c
       s = ExecutePlan(*shared_plan, ec, resp);
     }
     resp->mutable_timing()->set_queue_us(queue_us);
-    if (!backend_.Healthy().ok() && on_unhealthy_) on_unhealthy_();
+    if (!backend_.Healthy().ok()) ReportUnhealthy();
     // The plan (and the stored tensors it holds) is gone by the time this runs.
     return [this, finish, s] {
       UpdateStoreGauges();

@@ -50,7 +50,11 @@ class OpServeService final : public v1::OpServe::CallbackService {
                                     v1::ListOpsResponse* resp) override;
 
   // Called when a request saw the backend fail for good (a sticky device error).
+  // Set once, before the server starts; may be called again and again.
   void set_on_unhealthy(std::function<void()> f) { on_unhealthy_ = std::move(f); }
+  void ReportUnhealthy() {
+    if (on_unhealthy_) on_unhealthy_();
+  }
 
   // Shared by the handlers and the transfer reactors.
   Backend& backend() { return backend_; }
@@ -78,7 +82,9 @@ class OpServeService final : public v1::OpServe::CallbackService {
   std::function<void()> on_unhealthy_;
   std::atomic<int> active_calls_{0};
   // Steps of PutTensor / GetTensor that may wait on the device. Destroyed with the service,
-  // after the gRPC server has finished every call.
+  // after the gRPC server has finished every call: in gRPC 1.51, Server::Shutdown returns only
+  // once every callback call's OnDone has run (each call holds a server reference until then),
+  // so no reactor and no posted step outlives it.
   static constexpr int kTransferThreads = 4;
   TransferPool transfers_{kTransferThreads};
 };

@@ -122,7 +122,10 @@ class PutReactor final : public grpc::ServerReadReactor<v1::PutTensorRequest> {
     }
     if (a.commit) {
       svc_->transfers().Post([this] {
-        absl::Status s = assembly_->Commit(resp_->mutable_info());
+        // A client that cancelled after half-closing gets CANCELLED and nothing is stored (the
+        // window left is the commit itself).
+        absl::Status s = ctx_->IsCancelled() ? absl::CancelledError("the client cancelled the upload")
+                                             : assembly_->Commit(resp_->mutable_info());
         Locked([&] {
           processing_ = false;
           finished_ = true;
@@ -183,7 +186,9 @@ class GetReactor final : public grpc::ServerWriteReactor<v1::GetTensorResponse> 
     total_ = tensor_->meta.Bytes();
     const uint32_t asked = req->chunk_bytes() ? req->chunk_bytes() : svc_->options().default_chunk_bytes;
     const uint64_t message_cap = svc_->options().limits.max_message_bytes / 2;
-    chunk_bytes_ = std::clamp<uint64_t>(std::min<uint64_t>(asked, message_cap), kMinChunkBytes, kMaxChunkBytes);
+    // Within [kMinChunkBytes, kMaxChunkBytes], and never over what one message may carry.
+    chunk_bytes_ = std::max<uint64_t>(
+        1, std::min<uint64_t>(std::clamp<uint64_t>(asked, kMinChunkBytes, kMaxChunkBytes), message_cap));
     FillTensorInfo(*tensor_, svc_->backend().device(), info_.mutable_info());
     Do(Locked([&] {
       writing_ = true;  // the info message goes first
@@ -253,7 +258,11 @@ class GetReactor final : public grpc::ServerWriteReactor<v1::GetTensorResponse> 
     return a;
   }
 
+  // Writes start before a copy is posted, as in PutReactor::Do (a posted copy cannot end the
+  // call while filling_ is set, but this order does not need that argument).
   void Do(const Actions& a) {
+    if (a.write_info) StartWrite(&info_);
+    if (a.write >= 0) StartWrite(&msgs_[a.write]);
     if (a.fill >= 0) {
       svc_->transfers().Post([this, a] {
         std::string* chunk = msgs_[a.fill].mutable_chunk();
@@ -270,9 +279,8 @@ class GetReactor final : public grpc::ServerWriteReactor<v1::GetTensorResponse> 
         }));
       });
     }
-    if (a.write_info) StartWrite(&info_);
-    if (a.write >= 0) StartWrite(&msgs_[a.write]);
-    if (a.finish) Complete(*a.finish);
+    // Dropping the last reference to a deleted tensor frees device memory: not on a gRPC thread.
+    if (a.finish) svc_->transfers().Post([this, s = *a.finish] { Complete(s); });
   }
 
   // Once, with no copy running and no write outstanding.

@@ -78,6 +78,8 @@ class CudaBackend final : public Backend {
   void set_compute_stream(cudaStream_t s) { compute_stream_ = s; }
 
  private:
+  absl::Status CopyOutVia(PinnedPool::Block block, const Buffer& src, uint64_t offset, void* dst,
+                          uint64_t bytes);
   CudaBackend(int device, uint64_t budget) : device_(device), budget_(budget) {}
 
   const int device_;
@@ -180,6 +182,13 @@ absl::Status CudaBackend::CopyOut(const Buffer& src, uint64_t offset, void* dst,
   // Through pinned staging: pageable device-to-host copies run at a fraction of the bus speed.
   std::lock_guard<std::mutex> lock(copy_mu_);
   PinnedPool::Block block = pinned_.Acquire();
+  absl::Status status = CopyOutVia(block, src, offset, dst, bytes);
+  pinned_.Release(block);  // on every path: an error must not keep 4 MiB of pinned memory
+  return status;
+}
+
+absl::Status CudaBackend::CopyOutVia(PinnedPool::Block block, const Buffer& src, uint64_t offset,
+                                     void* dst, uint64_t bytes) {
   const char* s = static_cast<const char*>(src.data()) + offset;
   char* d = static_cast<char*>(dst);
   for (uint64_t done = 0; done < bytes;) {
@@ -189,7 +198,6 @@ absl::Status CudaBackend::CopyOut(const Buffer& src, uint64_t offset, void* dst,
     std::memcpy(d + done, block.ptr, n);
     done += n;
   }
-  pinned_.Release(block);
   return absl::OkStatus();
 }
 
