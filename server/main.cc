@@ -18,6 +18,7 @@
 #include "server/cpu/cpu_backend.h"
 #include "server/security.h"
 #include "server/service.h"
+#include "server/socket_drain.h"
 #include "server/warmup.h"
 #if OPSERVE_WITH_CUDA
 #include "server/cuda/cuda_backend.h"
@@ -211,6 +212,12 @@ int Run() {
   if (!shut_down) {
     // Calls answered inline (List*, Delete) get their responses onto the wire first.
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    // Then every response the clients have not yet read reaches them: closing a connection
+    // with bytes still queued can reset it and cut a response short (socket_drain.h).
+    if (!WaitForSocketsToFlush(deadline)) {
+      std::cerr << "opserve: " << UnacknowledgedSocketBytes()
+                << " response bytes still unread by clients at the grace deadline" << std::endl;
+    }
     grpc_server_cancel_all_calls(server->c_server());
   }
   shutdown.join();

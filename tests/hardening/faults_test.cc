@@ -242,13 +242,27 @@ TEST_F(HardeningTest, SigtermUnderLoadDrainsInFlightCallsLosesNoAcknowledgedPutA
     v1::ListTensorsResponse list;
     ASSERT_TRUE(stub().ListTensors(&ctx, v1::ListTensorsRequest(), &list).ok());
   }
-  std::this_thread::sleep_for(std::chrono::duration<double>(std::max(0.1, slow->seconds())));
-  for (int retry = 0; retry < 2 && busy_done.load(); ++retry) {
-    busy_nodes *= 4;
+  // The busy Execute is in a handler, which the drain waits for, once the in-flight gauge reads
+  // 2: it, and the small Execute queued behind it on the device worker (the only two Execute
+  // sources now). Before that, gRPC may still hold it unhandled, and a shutdown refuses such a
+  // call instead (see above): a different case, which this check keeps out of this test.
+  auto busy_handled = [&] {
+    for (const auto until = Clock::now() + std::chrono::seconds(30); Clock::now() < until;) {
+      if (busy_done.load()) return false;
+      absl::StatusOr<double> inflight = Metric("opserve_inflight_requests");
+      if (inflight.ok() && *inflight >= 2) return !busy_done.load();
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  };
+  bool handled = busy_handled();
+  for (int retry = 0; retry < 2 && !handled && busy_done.load(); ++retry) {
+    busy_nodes *= 4;  // it finished before it was seen running: a longer one
     start_busy();
-    std::this_thread::sleep_for(std::chrono::duration<double>(std::max(0.1, slow->seconds())));
+    handled = busy_handled();
   }
-  const bool busy_in_flight = !busy_done.load();
+  const bool busy_in_flight = handled && !busy_done.load();
+  ASSERT_TRUE(handled) << "the slow Execute was not seen running in the server";
 
   server().Signal(SIGTERM);
   const auto signalled = Clock::now();
@@ -271,7 +285,8 @@ TEST_F(HardeningTest, SigtermUnderLoadDrainsInFlightCallsLosesNoAcknowledgedPutA
   EXPECT_EQ(put_resp.info().bytes(), 2 * kMiB);
   // The Execute in flight completed, correctly.
   EXPECT_TRUE(busy_in_flight) << "the slow Execute finished before the signal";
-  ASSERT_TRUE(busy_result.ok()) << "the Execute in flight at SIGTERM: " << busy_result.status();
+  ASSERT_TRUE(busy_result.ok()) << "the Execute in flight at SIGTERM (" << slow->n() << "^2 matmuls, "
+                                << busy_nodes << " nodes): " << busy_result.status();
   EXPECT_TRUE(slow->Check(*busy_result));
 
   auto ms = [&](Clock::time_point t) {
