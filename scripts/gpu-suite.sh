@@ -26,8 +26,23 @@ run() {  # name, binary, args...
   grep -E '^\[  FAILED  \]' "$out/$name.log" | head -40
   [[ $rc -eq 0 ]] || status=1
 }
+# The summary of every test case run so far (gtest XML under $out): "N passed, N failed, N skipped".
+summary() {
+  python3 - "$out" <<'PY'
+import sys, glob, xml.etree.ElementTree as ET
+p = f = s = 0
+for x in glob.glob(sys.argv[1] + "/*.xml"):
+    for tc in ET.parse(x).getroot().iter("testcase"):
+        if tc.find("failure") is not None: f += 1
+        elif tc.get("result") == "skipped" or tc.find("skipped") is not None: s += 1
+        else: p += 1
+print(f"{p} passed, {f} failed, {s} skipped")
+PY
+}
 run gpu_test "$(find_bin gpu_test)"
 run e2e_cuda "$(find_bin e2e_test)"
+# Printed before the sanitizers too, which can take minutes: a run cut short keeps the count.
+summary
 
 if [[ " $* " == *" --sanitize "* ]] && command -v compute-sanitizer >/dev/null; then
   # Small shapes: the sanitizers slow kernels by 10-100x.
@@ -40,18 +55,11 @@ if [[ " $* " == *" --sanitize "* ]] && command -v compute-sanitizer >/dev/null; 
     f=$filter
     [[ $tool == racecheck ]] && f="$filter-*cublas*"
     compute-sanitizer --tool $tool --error-exitcode 9 "$(find_bin gpu_test)" --gtest_filter="$f" > "$out/sanitizer_$tool.log" 2>&1
-    echo "compute-sanitizer $tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer_$tool.log" | tail -1)"
+    rc=$?
+    echo "compute-sanitizer $tool rc=$rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer_$tool.log" | tail -1)"
+    [[ $rc -eq 0 ]] || status=1
   done
 fi
 
-python3 - "$out" <<'PY'
-import sys, glob, xml.etree.ElementTree as ET
-p = f = s = 0
-for x in glob.glob(sys.argv[1] + "/*.xml"):
-    for tc in ET.parse(x).getroot().iter("testcase"):
-        if tc.find("failure") is not None: f += 1
-        elif tc.get("result") == "skipped" or tc.find("skipped") is not None: s += 1
-        else: p += 1
-print(f"{p} passed, {f} failed, {s} skipped")
-PY
+summary
 exit $status
