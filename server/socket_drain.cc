@@ -21,10 +21,16 @@ uint64_t UnacknowledgedSocketBytes() {
     if (end == e->d_name || *end != '\0' || fd == dirfd(dir)) continue;
     struct stat st;
     if (fstat(static_cast<int>(fd), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
-    int type = 0;
+    // TCP only: a Unix stream socket (stderr to journald, say) is not a client's connection.
+    int type = 0, domain = 0;
     socklen_t len = sizeof type;
     if (getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_TYPE, &type, &len) != 0 ||
         type != SOCK_STREAM) {
+      continue;
+    }
+    len = sizeof domain;
+    if (getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0 ||
+        (domain != AF_INET && domain != AF_INET6)) {
       continue;
     }
     int queued = 0;  // fails with EINVAL on a listening socket: nothing queued there

@@ -8,7 +8,8 @@
 namespace opserve {
 
 // The bytes this process's TCP sockets have queued and the peers have not yet acknowledged
-// (the sum of SIOCOUTQ over /proc/self/fd). Listening sockets and non-TCP descriptors count 0.
+// (the sum of SIOCOUTQ over /proc/self/fd). Listening sockets, Unix sockets and other
+// descriptors count 0.
 uint64_t UnacknowledgedSocketBytes();
 
 // Polls UnacknowledgedSocketBytes() until it reads 0 or `deadline` passes; true when it read 0.

@@ -83,6 +83,17 @@ TEST(SocketDrainTest, NothingQueuedOnAnIdleConnection) {
   EXPECT_TRUE(WaitForSocketsToFlush(std::chrono::system_clock::now() + std::chrono::seconds(5)));
 }
 
+// Only TCP connections count: a stalled Unix socket (stderr to a log daemon, say) is not a
+// client waiting for a response, and must not hold the drain.
+TEST(SocketDrainTest, AStalledUnixSocketIsNotWaitedFor) {
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
+  EXPECT_GT(FillUntilBlocked(fds[0]), 0u);
+  EXPECT_EQ(UnacknowledgedSocketBytes(), 0u);
+  close(fds[0]);
+  close(fds[1]);
+}
+
 TEST(SocketDrainTest, WaitsWhileAReaderStallsAndReturnsOnceItHasRead) {
   Connection c;
   ASSERT_TRUE(Connect(c));
