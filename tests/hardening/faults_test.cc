@@ -235,8 +235,8 @@ TEST_F(HardeningTest, SigtermUnderLoadDrainsInFlightCallsLosesNoAcknowledgedPutA
   ASSERT_TRUE(upload->Write(msg));
   msg.set_chunk(drained.data.substr(0, kMiB));
   ASSERT_TRUE(upload->Write(msg));
-  // The header has reached the server once a call on the same connection has made a round
-  // trip after it; the busy Execute has had that long, and more, to reach the device.
+  // The upload's header has reached the server once a call on the same connection has made a
+  // round trip after it. (The busy Execute runs on another channel: it is checked below.)
   {
     grpc::ClientContext ctx;
     v1::ListTensorsResponse list;
