@@ -5,12 +5,10 @@
 #include "absl/strings/str_cat.h"
 
 namespace opserve {
-namespace {
-constexpr std::chrono::microseconds kSpin{200};
-}  // namespace
 
-absl::StatusOr<std::unique_ptr<DeviceWorker>> DeviceWorker::Start(Backend& backend, int max_queue) {
-  std::unique_ptr<DeviceWorker> w(new DeviceWorker(backend, max_queue));
+absl::StatusOr<std::unique_ptr<DeviceWorker>> DeviceWorker::Start(Backend& backend, int max_queue,
+                                                                  std::chrono::microseconds poll) {
+  std::unique_ptr<DeviceWorker> w(new DeviceWorker(backend, max_queue, poll));
   std::promise<absl::Status> started;
   auto ready = started.get_future();
   w->thread_ = std::thread(&DeviceWorker::Loop, w.get(), &started);
@@ -61,9 +59,9 @@ void DeviceWorker::Loop(std::promise<absl::Status>* started) {
   if (!env.ok()) return;
   for (;;) {
     Job job;
-    // Poll a little before sleeping: a request that arrives within kSpin of the last one
+    // Poll a little before sleeping: a request that arrives within poll_ of the last one
     // starts without a futex wake-up (tens of microseconds on a VM; PERFORMANCE.md).
-    const auto spin_until = std::chrono::steady_clock::now() + kSpin;
+    const auto spin_until = std::chrono::steady_clock::now() + poll_;
     while (queued_.load(std::memory_order_acquire) == 0 && std::chrono::steady_clock::now() < spin_until) {
       std::this_thread::yield();
     }

@@ -6,6 +6,7 @@
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -33,6 +34,9 @@ ABSL_FLAG(uint64_t, memory_budget_bytes, 0,
           "bytes of device memory the server may hold (0: 90% of free GPU memory, or half of RAM)");
 ABSL_FLAG(int, max_graph_nodes, 256, "most nodes in one Execute graph");
 ABSL_FLAG(int, max_inflight, 64, "most Execute requests queued or running on the device");
+ABSL_FLAG(int, worker_poll_us, 2000,
+          "after each job the device worker polls its queue this long before it sleeps (0: "
+          "sleep at once); requests closer together than this skip a thread wake-up");
 ABSL_FLAG(uint64_t, max_message_bytes, 256ull << 20, "largest gRPC message, either direction");
 ABSL_FLAG(uint32_t, chunk_bytes, 1u << 20, "default GetTensor chunk size");
 ABSL_FLAG(int, shutdown_grace_seconds, 30, "how long SIGTERM waits for calls in flight");
@@ -131,7 +135,9 @@ int Run() {
     metrics = *std::move(m);
   }
 
-  auto worker = DeviceWorker::Start(*backend, absl::GetFlag(FLAGS_max_inflight));
+  auto worker = DeviceWorker::Start(
+      *backend, absl::GetFlag(FLAGS_max_inflight),
+      std::chrono::microseconds(std::clamp(absl::GetFlag(FLAGS_worker_poll_us), 0, 1000000)));
   if (!worker.ok()) {
     std::cerr << "opserve: device worker: " << worker.status() << std::endl;
     return 2;

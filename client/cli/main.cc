@@ -50,7 +50,7 @@ flags:
                               calls to one replica (default $OPSERVE_SESSION)
   --json                      machine-readable output
   --timeout=SECONDS           deadline of each call (default: none)
-  --chunk_bytes=N             transfer chunk size (default 1048576)
+  --chunk_bytes=N             transfer chunk size (default 4190208: 4 MiB less a page)
   --root_ca=PEM               use TLS with this root CA
   --client_cert=PEM --client_key=PEM   mutual TLS
   --overwrite                 put: replace an existing tensor

@@ -48,6 +48,8 @@ __global__ void fill_bf16_kernel(__nv_bfloat16* d, int64_t n, uint64_t seed) {
   }
 }
 
+__global__ void empty_kernel() {}
+
 __global__ void spin_kernel(int64_t ns) {
   uint64_t start, now;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
@@ -125,6 +127,11 @@ cudaError_t FillRandomI32(int32_t* d, int64_t n, uint64_t seed, cudaStream_t str
 
 cudaError_t FillRandomBf16(uint16_t* d, int64_t n, uint64_t seed, cudaStream_t stream) {
   fill_bf16_kernel<<<Grid(n), kThreads, 0, stream>>>(reinterpret_cast<__nv_bfloat16*>(d), n, seed);
+  return cudaPeekAtLastError();
+}
+
+cudaError_t EmptyKernel(cudaStream_t stream) {
+  empty_kernel<<<1, 32, 0, stream>>>();
   return cudaPeekAtLastError();
 }
 

@@ -20,6 +20,9 @@ cudaError_t FillRandomBf16(uint16_t* d, int64_t n, uint64_t seed, cudaStream_t s
 // the GPU busy while the host queues the region's launches, so the events time the device work
 // and not the host's launch overhead.
 cudaError_t Spin(int64_t ns, cudaStream_t stream);
+// One block of one warp that does nothing: timed like any run, the method's floor for one kernel
+// (the launch after the spin, block dispatch, completion, the events).
+cudaError_t EmptyKernel(cudaStream_t stream);
 
 // The SM clock right now, in MHz, into *d_mhz: one thread counts clock64() cycles over `ns`
 // nanoseconds of %globaltimer. Queued right after a timed run, it shows whether that run left

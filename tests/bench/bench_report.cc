@@ -61,8 +61,9 @@ std::string CsvField(const std::string& s) {
 void PrintReport(const Report& rep) {
   std::printf("\n## opserve-bench: %s, %s\n", rep.device.c_str(), rep.date.c_str());
   std::printf("command: %s\n", rep.command.c_str());
-  std::printf("ceilings: D2D copy %.0f GB/s (read + written), float4 read stream %.0f GB/s\n\n",
-              rep.copy_gbps, rep.stream_gbps);
+  std::printf("ceilings: D2D copy %.0f GB/s (read + written), float4 read stream %.0f GB/s; "
+              "floor: an empty kernel %.2f us\n\n",
+              rep.copy_gbps, rep.stream_gbps, rep.floor_us);
   std::printf(
       "| op | shape | dtype | algorithm | median us | GB/s | TFLOP/s | anchor | ratio | vs stream "
       "| auto/fastest | check |\n");
@@ -94,13 +95,17 @@ void PrintReport(const Report& rep) {
     std::printf("\nservice: not measured: %s\n", s.error.c_str());
   }
   if (!rep.targets.empty()) {
-    int held = 0;
+    int held = 0, ties = 0;
     std::printf("\ntargets (issue 4):\n");
     for (const TargetCheck& t : rep.targets) {
-      std::printf("  %-4s %-62s %s\n", t.holds ? "OK" : "MISS", t.what.c_str(), t.measured.c_str());
+      std::printf("  %-4s %-62s %s\n", t.holds ? "OK" : (t.tie ? "TIE" : "MISS"), t.what.c_str(),
+                  t.measured.c_str());
       held += t.holds;
+      ties += t.tie;
     }
-    std::printf("  %d of %zu hold\n", held, rep.targets.size());
+    std::printf("  %d of %zu hold", held, rep.targets.size());
+    if (ties > 0) std::printf(", %d tie%s (auto runs the anchor's own kernel)", ties, ties > 1 ? "s" : "");
+    std::printf(", %d miss\n", static_cast<int>(rep.targets.size()) - held - ties);
   }
   std::fflush(stdout);
 }
@@ -128,7 +133,8 @@ bool WriteReport(const Report& rep, const std::string& dir) {
   js << "{\n  \"device\": " << JsonString(rep.device) << ",\n  \"date\": " << JsonString(rep.date)
      << ",\n  \"command\": " << JsonString(rep.command)
      << ",\n  \"copy_gbps\": " << JsonNum(rep.copy_gbps)
-     << ",\n  \"stream_gbps\": " << JsonNum(rep.stream_gbps) << ",\n  \"rows\": [\n";
+     << ",\n  \"stream_gbps\": " << JsonNum(rep.stream_gbps)
+     << ",\n  \"floor_us\": " << JsonNum(rep.floor_us) << ",\n  \"rows\": [\n";
   for (size_t i = 0; i < rep.rows.size(); ++i) {
     const Row& r = rep.rows[i];
     js << "    {\"op\": " << JsonString(r.op) << ", \"shape\": " << JsonString(r.shape)
@@ -165,7 +171,8 @@ bool WriteReport(const Report& rep, const std::string& dir) {
   for (size_t i = 0; i < rep.targets.size(); ++i) {
     const TargetCheck& t = rep.targets[i];
     js << "    {\"what\": " << JsonString(t.what) << ", \"measured\": " << JsonString(t.measured)
-       << ", \"holds\": " << (t.holds ? "true" : "false") << "}"
+       << ", \"holds\": " << (t.holds ? "true" : "false")
+       << ", \"tie\": " << (t.tie ? "true" : "false") << "}"
        << (i + 1 < rep.targets.size() ? "," : "") << "\n";
   }
   js << "  ]\n}\n";

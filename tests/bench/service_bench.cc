@@ -72,7 +72,7 @@ class Server {
     if (fd_ >= 0) close(fd_);
   }
 
-  std::string Start(const std::string& bin) {
+  std::string Start(const std::string& bin, const std::vector<std::string>& extra) {
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) return absl::StrCat("pipe: ", std::strerror(errno));
     posix_spawn_file_actions_t fa;
@@ -81,6 +81,7 @@ class Server {
     posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
     std::vector<std::string> args = {bin, "--device=cuda", "--host=127.0.0.1", "--port=0",
                                      "--metrics_port=-1"};
+    args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -162,7 +163,7 @@ bool RawHealthCheck(grpc::GenericStub* stub) {
 ServiceFigures RunServiceBench(const ServiceOptions& opt) {
   ServiceFigures f;
   Server server;
-  if (std::string err = server.Start(opt.opserve_bin); !err.empty()) {
+  if (std::string err = server.Start(opt.opserve_bin, opt.server_args); !err.empty()) {
     f.error = err;
     return f;
   }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "tests/bench/bench.h"
 
@@ -14,6 +15,7 @@ struct ServiceOptions {
   int warmups = 40;
   int transfer_reps = 3;     // PutTensor / GetTensor of 1 GiB
   int64_t chunk_bytes = 0;   // the client's transfer chunk; 0: the client library's default
+  std::vector<std::string> server_args;  // appended to the server's command line (--server_arg=)
 };
 
 // Starts opserve (--device=cuda --port=0 on 127.0.0.1), measures, stops it. Errors land in

@@ -56,8 +56,10 @@ TEST_F(RoundTripTest, EveryDtypeAtEveryRank) {
 }
 
 TEST_F(RoundTripTest, ManyChunksOfAnOddSize) {
-  // 3 MiB + 12 bytes: three full 1 MiB chunks and a short one, both ways.
-  client::HostTensor t = RandomTensor(v1::FLOAT32, {786435}, rng_);
+  // Three full chunks and a short one of 12 bytes, both ways.
+  const int64_t chunk = client().options().chunk_bytes;
+  ASSERT_EQ(chunk % 4, 0);
+  client::HostTensor t = RandomTensor(v1::FLOAT32, {3 * chunk / 4 + 3}, rng_);
   ASSERT_GT(static_cast<int64_t>(t.data.size()), 3 * client().options().chunk_bytes);
   ASSERT_TRUE(client().PutTensor("odd", t, false).ok());
   absl::StatusOr<client::HostTensor> got = client().GetTensor("odd");
