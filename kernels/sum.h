@@ -25,6 +25,9 @@ OPSERVE_DECLARE_SUM(SumOnePassAtomic)
 // Several 16-byte loads per thread in flight, a grid sized to the SM count, then a second pass.
 // Deterministic.
 OPSERVE_DECLARE_SUM(SumVectorized)
+// One block per contiguous 16 KiB chunk, as many blocks as chunks; the last blocks to finish add
+// the partials in index order (one memset of completion counters per launch). Deterministic.
+OPSERVE_DECLARE_SUM(SumChunked)
 // cub::DeviceReduce::Sum (INT32 -> INT64 through a transform to int64). Deterministic.
 OPSERVE_DECLARE_SUM(SumCub)
 

@@ -388,6 +388,7 @@ class Bench {
     const std::vector<std::pair<int64_t, std::string>> sizes =
         opt_.quick ? std::vector<std::pair<int64_t, std::string>>{{int64_t{1} << 30, "2^30"}}
                    : std::vector<std::pair<int64_t, std::string>>{{int64_t{1} << 30, "2^30"},
+                                                                  {int64_t{1} << 24, "2^24"},
                                                                   {int64_t{1} << 20, "2^20"}};
     for (const auto& [n, label] : sizes) {
       for (DType d : {DType::kInt32, DType::kFloat32}) {

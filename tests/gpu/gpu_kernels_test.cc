@@ -300,39 +300,48 @@ INSTANTIATE_TEST_SUITE_P(Table, GpuKernelTest, testing::ValuesIn(AllCases()),
                          [](const testing::TestParamInfo<Case>& info) { return info.param.name; });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(GpuKernelTest);
 
-// FLOAT32 sum under auto must give the same bits for the same input.
-TEST(GpuDeterminism, Float32SumAutoIsBitwiseRepeatable) {
+// FLOAT32 sum: every algorithm the table calls deterministic, and what auto resolves to, must give
+// the same bits for the same input, run after run (a float sum's bits depend on its order).
+TEST(GpuDeterminism, Float32SumsAreBitwiseRepeatable) {
   if (!ProbeCuda(0).ok()) GTEST_SKIP() << "no usable GPU: " << ProbeCuda(0).message();
   auto backend = MakeCudaBackend(0, 0);
   ASSERT_TRUE(backend.ok()) << backend.status();
   auto env = (*backend)->NewExecEnv();
   ASSERT_TRUE(env.ok());
-  const AlgoSpec* algo = nullptr;
-  for (const AlgoSpec* a : AlgorithmsFor("sum", **backend)) {
-    if (a->is_default) algo = a;
-  }
-  ASSERT_NE(algo, nullptr);
-  EXPECT_TRUE(algo->deterministic);
-  TensorMeta meta{DType::kFloat32, {(1 << 25) + 17}};
-  const std::string host = RandomBytes(meta, 99);
-  auto in = (*env)->Allocate(meta.Bytes());
-  ASSERT_TRUE(in.ok());
-  ASSERT_TRUE((*env)->CopyIn(**in, host.data(), host.size()).ok());
-  TensorMeta out_meta{DType::kFloat32, {}};
-  AttrMap attrs;
-  uint32_t first = 0;
-  for (int rep = 0; rep < 20; ++rep) {
-    auto out = (*env)->Allocate(4);
-    ASSERT_TRUE(out.ok());
-    const void* ptrs[] = {(*in)->data()};
+  const OpSpec* op = FindOp("sum");
+  ASSERT_NE(op, nullptr);
+  for (int64_t n : {int64_t{1000003}, (int64_t{1} << 25) + 17}) {
+    TensorMeta meta{DType::kFloat32, {n}};
     std::vector<TensorMeta> metas{meta};
-    KernelArgs args{ptrs, metas, (*out)->data(), out_meta, attrs, **env};
-    ASSERT_TRUE(algo->run(args).ok());
-    ASSERT_TRUE((*env)->Finish(0).ok());
-    uint32_t bits = 0;
-    ASSERT_TRUE((*backend)->CopyOut(**out, 0, &bits, 4).ok());
-    if (rep == 0) first = bits;
-    ASSERT_EQ(bits, first) << "run " << rep << " of " << algo->name << " gave different bits";
+    auto resolved = ResolveAlgorithm(*op, metas, "auto", **backend);
+    ASSERT_TRUE(resolved.ok()) << resolved.status();
+    EXPECT_TRUE((*resolved)->deterministic) << "auto -> " << (*resolved)->name << " at n = " << n;
+    const std::string host = RandomBytes(meta, 99);
+    auto in = (*env)->Allocate(meta.Bytes());
+    ASSERT_TRUE(in.ok());
+    ASSERT_TRUE((*env)->CopyIn(**in, host.data(), host.size()).ok());
+    TensorMeta out_meta{DType::kFloat32, {}};
+    AttrMap attrs;
+    int checked = 0;
+    for (const AlgoSpec* algo : AlgorithmsFor("sum", **backend)) {
+      if (!algo->deterministic) continue;
+      ++checked;
+      uint32_t first = 0;
+      for (int rep = 0; rep < 10; ++rep) {
+        auto out = (*env)->Allocate(4);
+        ASSERT_TRUE(out.ok());
+        const void* ptrs[] = {(*in)->data()};
+        KernelArgs args{ptrs, metas, (*out)->data(), out_meta, attrs, **env};
+        ASSERT_TRUE(algo->run(args).ok()) << algo->name;
+        ASSERT_TRUE((*env)->Finish(0).ok()) << algo->name;
+        uint32_t bits = 0;
+        ASSERT_TRUE((*backend)->CopyOut(**out, 0, &bits, 4).ok());
+        if (rep == 0) first = bits;
+        ASSERT_EQ(bits, first) << "run " << rep << " of " << algo->name << " at n = " << n
+                               << " gave different bits";
+      }
+    }
+    EXPECT_GE(checked, 2) << "the table lists fewer deterministic sums than expected";
   }
 }
 

@@ -1,0 +1,199 @@
+// sum, chunked: one 256-thread block per contiguous 16 KiB chunk (4 independent 16-byte loads per
+// thread), a grid of as many blocks as chunks, and a two-level finish by the last blocks to end.
+//
+// Why a chunk per block (kernels/NOTES_sum.md, "chunked"): on the lent H100, reading memory as
+// consecutive blocks that each take one contiguous 16 KiB piece ran at 3157-3169 GB/s (CUB's
+// segmented reduce over 65536 rows of 4096 floats, and the same pattern hand-written), while the
+// grid-stride pattern of CUB's DeviceReduce, sum_vectorized and the benchmark's read stream ran at
+// 3084-3095 GB/s on the same GPU in the same run: each block's loads stay inside a few DRAM pages
+// and the blocks sweep memory in dispatch order. Persistent grids walking 16 KiB pieces (strided
+// or contiguous per block) were slower still (2972-3088 GB/s).
+//
+// The finish, without a second launch: blocks are grouped kGroup at a time. Each block writes its
+// partial and counts itself done in its group; the group's last block adds the group's partials
+// in index order and counts the group done; the last group adds the group totals in index order.
+// The counters (one per group, one for the groups) live in the caller's scratch and are zeroed by
+// one cudaMemsetAsync per launch: a few microseconds against the ~1.4 ms of a 4 GiB sum, the size
+// this algorithm is for (auto keeps vectorized for small inputs, op_table.cc).
+//
+// Deterministic: the chunking is a function of n alone, each thread and each block add in a fixed
+// order, and both finishing levels add in index order, whichever block happens to run them.
+// Inputs past kMaxGrid chunks (over 16 GiB of float) loop: block b takes chunks b, b + grid, ...
+#include <cstdint>
+
+#include "kernels/sum.h"
+#include "kernels/sum_common.cuh"
+
+namespace opserve::kernels {
+namespace {
+
+using sum_internal::SumAccumT;
+
+constexpr int kThreads = 256;
+constexpr int kUnroll = 4;  // 256 threads x 4 x 16 B = one 16 KiB chunk per block
+constexpr int kVecBytes = 16;
+constexpr int64_t kChunkVecs = int64_t{kThreads} * kUnroll;
+constexpr int kGroup = 1024;                             // blocks per first-level group
+constexpr int64_t kMaxGrid = int64_t{kGroup} * kGroup;  // the second level is one group too
+static_assert(kMaxGrid <= 0x7fffffff, "gridDim.x limit");
+
+template <typename T>
+struct Vec16;
+template <>
+struct Vec16<float> {
+  using type = float4;
+};
+template <>
+struct Vec16<int32_t> {
+  using type = int4;
+};
+
+template <typename Acc, typename V>
+__device__ __forceinline__ Acc SumLanes(const V& v) {
+  return (static_cast<Acc>(v.x) + static_cast<Acc>(v.y)) +
+         (static_cast<Acc>(v.z) + static_cast<Acc>(v.w));
+}
+
+// Adds vals[0..count) in a fixed order (thread t: t, t + kThreads, ..., then the block tree);
+// the result is valid in thread 0. Volatile loads: another SM wrote these values.
+template <typename Acc>
+__device__ __forceinline__ Acc SumInOrder(const Acc* vals, int64_t count) {
+  const volatile Acc* v = vals;
+  Acc total = Acc(0);
+  for (int64_t i = threadIdx.x; i < count; i += kThreads) total += v[i];
+  return sum_internal::BlockReduceSum<kThreads>(total);
+}
+
+// Thread 0 publishes `value` at slot[index] and counts itself done on `counter` out of `members`;
+// returns, in every thread of the block, whether this block was the last of them.
+template <typename Acc>
+__device__ __forceinline__ bool PublishAndCount(Acc value, Acc* slot, unsigned int* counter,
+                                                unsigned int members, bool* is_last) {
+  if (threadIdx.x == 0) {
+    *slot = value;
+    __threadfence();  // the value is visible device-wide before this block counts as done
+    *is_last = atomicAdd(counter, 1u) == members - 1;
+  }
+  __syncthreads();  // also orders BlockReduceSum's shared reads before its next use
+  const bool last = *is_last;
+  if (last) __threadfence();  // pairs with the other blocks' fences
+  return last;
+}
+
+// `head` scalars precede the first 16-byte boundary; the vectors follow; then a scalar tail.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    sum_chunked_kernel(const T* __restrict__ in, int64_t n, int head, SumAccumT<T>* partials,
+                       SumAccumT<T>* group_totals, unsigned int* counters,
+                       SumAccumT<T>* __restrict__ out) {
+  using Acc = SumAccumT<T>;
+  using V = typename Vec16<T>::type;
+  constexpr int kL = kVecBytes / static_cast<int>(sizeof(T));
+  const V* __restrict__ vin = reinterpret_cast<const V*>(in + head);
+  const int64_t n_vec = (n - head) / kL;
+  const int64_t chunks = (n_vec + kChunkVecs - 1) / kChunkVecs;
+
+  Acc acc = Acc(0);
+  for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
+    const int64_t base = c * kChunkVecs + threadIdx.x;
+    Acc s[kUnroll];
+    if (base + (kUnroll - 1) * kThreads < n_vec) {
+      V v[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) v[u] = __ldg(vin + base + u * kThreads);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) s[u] = SumLanes<Acc>(v[u]);
+    } else {  // the last, partial chunk
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t i = base + u * kThreads;
+        s[u] = i < n_vec ? SumLanes<Acc>(__ldg(vin + i)) : Acc(0);
+      }
+    }
+    acc += (s[0] + s[1]) + (s[2] + s[3]);
+  }
+  static_assert(kUnroll == 4, "the pairwise combine above is written for 4");
+  if (blockIdx.x == 0) {  // the scalar head and tail: at most kL - 1 each
+    const int64_t tail_begin = head + n_vec * kL;
+    const int tail = static_cast<int>(n - tail_begin);
+    const int t = threadIdx.x;
+    if (t < head) {
+      acc += static_cast<Acc>(__ldg(in + t));
+    } else if (t < head + tail) {
+      acc += static_cast<Acc>(__ldg(in + tail_begin + (t - head)));
+    }
+  }
+  acc = sum_internal::BlockReduceSum<kThreads>(acc);
+  if (gridDim.x == 1) {
+    if (threadIdx.x == 0) *out = acc;
+    return;
+  }
+  __shared__ bool is_last;
+  const unsigned int grid = gridDim.x;
+  const unsigned int groups = (grid + kGroup - 1) / kGroup;
+  const unsigned int g = blockIdx.x / kGroup;
+  const unsigned int members = g + 1 < groups ? kGroup : grid - g * kGroup;
+  if (!PublishAndCount(acc, &partials[blockIdx.x], &counters[g], members, &is_last)) return;
+  Acc total = SumInOrder(partials + static_cast<int64_t>(g) * kGroup, members);
+  if (groups == 1) {
+    if (threadIdx.x == 0) *out = total;
+    return;
+  }
+  if (!PublishAndCount(total, &group_totals[g], &counters[groups], groups, &is_last)) return;
+  total = SumInOrder(group_totals, groups);
+  if (threadIdx.x == 0) *out = total;
+}
+
+template <typename T>
+cudaError_t SumChunkedImpl(void* d_temp, size_t* temp_bytes, const T* d_in, SumAccumT<T>* d_out,
+                           int64_t n, cudaStream_t stream) {
+  using Acc = SumAccumT<T>;
+  constexpr int kL = kVecBytes / static_cast<int>(sizeof(T));
+  if (temp_bytes == nullptr || n < 0) return cudaErrorInvalidValue;
+  const uintptr_t misalign = reinterpret_cast<uintptr_t>(d_in) % kVecBytes;
+  if (misalign % sizeof(T) != 0) return cudaErrorInvalidValue;  // not even element-aligned
+  const int64_t head_wanted = misalign == 0 ? 0 : (kVecBytes - misalign) / sizeof(T);
+  const int head = static_cast<int>(head_wanted < n ? head_wanted : n);
+  const int64_t chunks = CeilDiv<int64_t>((n - head) / kL, kChunkVecs);
+  const int64_t grid64 = chunks < 1 ? 1 : (chunks < kMaxGrid ? chunks : kMaxGrid);
+  const unsigned int grid = static_cast<unsigned int>(grid64);
+  const unsigned int groups = static_cast<unsigned int>(CeilDiv<int64_t>(grid64, kGroup));
+  // Scratch: partials, group totals, then groups + 1 counters; each part 16-byte aligned.
+  auto align16 = [](size_t b) { return (b + 15) / 16 * 16; };
+  const size_t partial_bytes = align16(grid64 * sizeof(Acc));
+  const size_t group_bytes = align16(groups * sizeof(Acc));
+  const size_t counter_bytes = (groups + 1) * sizeof(unsigned int);
+  const size_t need = grid > 1 ? partial_bytes + group_bytes + counter_bytes : 0;
+  if (d_temp == nullptr) {
+    *temp_bytes = need;
+    return cudaSuccess;
+  }
+  if (*temp_bytes < need) return cudaErrorInvalidValue;
+
+  char* scratch = static_cast<char*>(d_temp);
+  Acc* partials = grid > 1 ? reinterpret_cast<Acc*>(scratch) : nullptr;
+  Acc* group_totals = grid > 1 ? reinterpret_cast<Acc*>(scratch + partial_bytes) : nullptr;
+  unsigned int* counters =
+      grid > 1 ? reinterpret_cast<unsigned int*>(scratch + partial_bytes + group_bytes) : nullptr;
+  if (grid > 1) {
+    cudaError_t err = cudaMemsetAsync(counters, 0, counter_bytes, stream);
+    if (err != cudaSuccess) return err;
+  }
+  sum_chunked_kernel<T><<<grid, kThreads, 0, stream>>>(d_in, n, head, partials, group_totals,
+                                                       counters, d_out);
+  return LastLaunchError();
+}
+
+}  // namespace
+
+cudaError_t SumChunked(void* d_temp, size_t* temp_bytes, const float* d_in, float* d_out,
+                       int64_t n, cudaStream_t stream) {
+  return SumChunkedImpl(d_temp, temp_bytes, d_in, d_out, n, stream);
+}
+
+cudaError_t SumChunked(void* d_temp, size_t* temp_bytes, const int32_t* d_in, int64_t* d_out,
+                       int64_t n, cudaStream_t stream) {
+  return SumChunkedImpl(d_temp, temp_bytes, d_in, d_out, n, stream);
+}
+
+}  // namespace opserve::kernels
