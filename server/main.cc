@@ -87,8 +87,28 @@ absl::StatusOr<std::unique_ptr<Backend>> ChooseBackend(const std::string& device
   return MakeCpuBackend(budget);
 }
 
-std::atomic<int> g_signal{0};
-void OnSignal(int sig) { g_signal.store(sig); }
+// SIGTERM and SIGINT are blocked in every thread (main() blocks them before the first thread
+// starts, and threads inherit the mask) and taken synchronously by sigwait on the main thread.
+// With a handler instead, the kernel may deliver the signal to any thread; under ThreadSanitizer a
+// handler runs only when its thread next enters an intercepted call, and a gRPC thread parked in a
+// raw futex never does: the server then never saw the SIGTERM (CI, 2026-11-23).
+sigset_t TerminationSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  return set;
+}
+
+// Blocks until SIGTERM or SIGINT; returns which. A signal sent before this call (during start-up,
+// or right after the listening line) is pending, not lost, and returns at once.
+int WaitForTerminationSignal() {
+  const sigset_t set = TerminationSignals();
+  int sig = 0;
+  while (sigwait(&set, &sig) != 0) {
+  }
+  return sig;
+}
 
 int Run() {
   auto backend_or = ChooseBackend(absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_memory_budget_bytes));
@@ -156,9 +176,8 @@ int Run() {
   OpServeService service(*backend, store, **worker, metrics.get(), options);
   service.UpdateStoreGauges();
 
-  // Before the server starts: a supervisor may signal the moment it sees the listening line.
-  signal(SIGTERM, OnSignal);
-  signal(SIGINT, OnSignal);
+  // A supervisor may signal the moment it sees the listening line: the signals have been blocked
+  // since main() began, so such a signal waits for WaitForTerminationSignal below.
   // Set before the server starts (worker jobs read it): a device that fails turns health
   // NOT_SERVING once the health service exists; until then the check after start covers it.
   std::atomic<grpc::HealthCheckServiceInterface*> health_service{nullptr};
@@ -195,10 +214,10 @@ int Run() {
   if (!backend->Healthy().ok()) service.ReportUnhealthy();  // failed during the warm-up
   std::cerr << "opserve: listening on " << absl::GetFlag(FLAGS_host) << ":" << port << std::endl;
 
-  while (g_signal.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const int sig = WaitForTerminationSignal();
 
   // Drain: refuse new calls, let those in flight finish, then stop the worker.
-  std::cerr << "opserve: signal " << g_signal.load() << ", draining" << std::endl;
+  std::cerr << "opserve: signal " << sig << ", draining" << std::endl;
   health->SetServingStatus(false);
   const auto deadline = std::chrono::system_clock::now() +
                         std::chrono::seconds(absl::GetFlag(FLAGS_shutdown_grace_seconds));
@@ -236,6 +255,9 @@ int Run() {
 }  // namespace opserve
 
 int main(int argc, char** argv) {
+  // Before any thread exists, so that every thread inherits the mask (see TerminationSignals).
+  const sigset_t termination = opserve::TerminationSignals();
+  pthread_sigmask(SIG_BLOCK, &termination, nullptr);
   absl::ParseCommandLine(argc, argv);
   // A gRPC reference this process never gives back, so that exit skips grpc_shutdown: in
   // Debian's gRPC 1.51 it joins an executor thread parked in a ~10 s epoll timeout, and a
