@@ -121,25 +121,22 @@ const std::vector<AlgoSpec>& AlgorithmTable() {
 }
 
 #if OPSERVE_WITH_CUDA
-// sum: below kSumAtomicMaxInt32 elements, INT32 takes one_pass_atomic: its int64 atomics are
-// exact, so the order they land in cannot change the result (deterministic in effect), and at
-// 2^20 it ran 6.8 us against 8.6 us for vectorized (opserve-bench, H200, 2026-11-22). FLOAT32
-// always takes vectorized, the fastest deterministic sum there (7.9 us at 2^20); one_pass_atomic
-// (7.3 us) is faster, but its float result depends on the order of its atomics. Only 2^20 and
-// 2^30 were measured (at 2^30 vectorized wins, 927.5 vs 957.3 us); the 2^22 cut between them is
-// a guess that keeps one_pass_atomic to sizes where launch cost, not streaming, dominates.
+// sum: below kSumChunkedMin elements, INT32 takes one_pass_atomic: its int64 atomics are exact,
+// so the order they land in cannot change the result (deterministic in effect), and it was the
+// fastest at 2^20 (6.8 vs 8.6 us for vectorized, H200, 2026-11-22) and 2^24 (28.0 vs 28.8 us,
+// H100, 2026-11-23). FLOAT32 takes vectorized, the fastest deterministic sum there (7.5-7.9 us at
+// 2^20); one_pass_atomic is a little faster, but its float result depends on the order of its
+// atomics.
 // From kSumChunkedMin elements both dtypes take chunked (opserve-bench, H100, 2026-11-23): at
 // 2^30 it ran 1344-1347 us against vectorized's 1389-1391 (3.3% faster), but at 2^24 it was 8%
 // slower (30.0 vs 27.7 us FLOAT32, 31.3 vs 28.9 INT32) and at 2^20 too (8.2-8.7 vs 7.5-7.9 us):
 // its counter memset and extra launch work cost ~2-3 us, which 3.3% of the streaming time repays
 // from ~70 us, about 2^26 elements. 2^27 leaves a margin; the sizes between were not measured.
-constexpr int64_t kSumAtomicMaxInt32 = int64_t{1} << 22;
 constexpr int64_t kSumChunkedMin = int64_t{1} << 27;
 absl::string_view ChooseSum(std::span<const TensorMeta> in, const Backend& backend) {
   const int64_t n = in[0].NumElements();
-  if (in[0].dtype == DType::kInt32 && n < kSumAtomicMaxInt32) return "one_pass_atomic";
   if (n >= kSumChunkedMin) return "chunked";
-  return "vectorized";
+  return in[0].dtype == DType::kInt32 ? "one_pass_atomic" : "vectorized";
 }
 absl::string_view ChooseRowReduce(std::span<const TensorMeta> in, const Backend& backend) {
   return kernels::ChooseRowReduceAlgorithm(in[0].shape[0], in[0].shape[1], backend.sm_count());
