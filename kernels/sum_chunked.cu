@@ -16,8 +16,9 @@
 // one cudaMemsetAsync per launch: a few microseconds against the ~1.4 ms of a 4 GiB sum, the size
 // this algorithm is for (auto keeps vectorized for small inputs, op_table.cc).
 //
-// Deterministic: the chunking is a function of n alone, each thread and each block add in a fixed
-// order, and both finishing levels add in index order, whichever block happens to run them.
+// Deterministic: the chunking is a function of n and of the input's offset from a 16-byte boundary
+// (the scalar head), each thread and each block add in a fixed order, and both finishing levels
+// add in index order, whichever block happens to run them.
 // Inputs past kMaxGrid chunks (over 16 GiB of float) loop: block b takes chunks b, b + grid, ...
 #include <cstdint>
 
@@ -72,12 +73,12 @@ __device__ __forceinline__ bool PublishAndCount(Acc value, Acc* slot, unsigned i
   if (threadIdx.x == 0) {
     *slot = value;
     __threadfence();  // the value is visible device-wide before this block counts as done
-    *is_last = atomicAdd(counter, 1u) == members - 1;
+    const bool last = atomicAdd(counter, 1u) == members - 1;
+    if (last) __threadfence();  // pairs with the other blocks' fences, before anyone reads
+    *is_last = last;
   }
-  __syncthreads();  // also orders BlockReduceSum's shared reads before its next use
-  const bool last = *is_last;
-  if (last) __threadfence();  // pairs with the other blocks' fences
-  return last;
+  __syncthreads();  // publishes is_last; also orders BlockReduceSum's shared reads before reuse
+  return *is_last;
 }
 
 // `head` scalars precede the first 16-byte boundary; the vectors follow; then a scalar tail.
@@ -163,7 +164,8 @@ cudaError_t SumChunkedImpl(void* d_temp, size_t* temp_bytes, const T* d_in, SumA
   const size_t partial_bytes = align16(grid64 * sizeof(Acc));
   const size_t group_bytes = align16(groups * sizeof(Acc));
   const size_t counter_bytes = (groups + 1) * sizeof(unsigned int);
-  const size_t need = grid > 1 ? partial_bytes + group_bytes + counter_bytes : 0;
+  // At least one byte, as CUB reports: a caller may treat 0 as "no scratch, query again".
+  const size_t need = grid > 1 ? partial_bytes + group_bytes + counter_bytes : 1;
   if (d_temp == nullptr) {
     *temp_bytes = need;
     return cudaSuccess;

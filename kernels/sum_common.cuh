@@ -73,7 +73,8 @@ __device__ __forceinline__ Acc WarpReduceSum(Acc v) {
 }
 
 // Block-wide sum by warp shuffles; the result is valid in thread 0 only. Fixed order, so
-// deterministic. Call at most once per kernel (its shared array is reused without a barrier).
+// deterministic. Its shared array is reused without a barrier: separate two calls in one kernel by
+// a __syncthreads (sum_chunked does).
 template <int kThreads, typename Acc>
 __device__ __forceinline__ Acc BlockReduceSum(Acc v) {
   static_assert(kThreads % 32 == 0 && kThreads >= 32 && kThreads <= 1024,

@@ -61,25 +61,36 @@ constexpr int kSmemAlign = 1024;  // the 128-byte swizzle pattern repeats every 
 
 // A tile is kRows input rows x kBoxes boxes of 128 bytes side by side (64 x 2: 64x64 fp32,
 // 64x128 bf16). kStages tiles are in flight per CTA.
-template <int kRowsT, int kBoxesT>
+// kStagesT = 1: one tile per CTA (TransposeTmaTuning::one_tile_per_cta), the grid as many CTAs
+// as tiles; the single stage is filled once, so several CTAs fit an SM.
+template <int kRowsT, int kBoxesT, int kStagesT = 0, int kMinCtasT = 1>
 struct TileConfig {
+  static constexpr int kMinCtas = kMinCtasT;  // __launch_bounds__'s minimum CTAs per SM
   static constexpr int kRows = kRowsT;
   static constexpr int kBoxes = kBoxesT;
   static constexpr int kBoxBytes = kRows * kSwizzleBytes;
   static constexpr int kTileBytes = kBoxes * kBoxBytes;
   // 4 stages of 16 KiB (64 KiB: up to 3 CTAs per SM), 3 of 32 KiB (2 CTAs) or 64 KiB (1 CTA).
-  static constexpr int kStages = kTileBytes <= 16 * 1024 ? 4 : 3;
+  static constexpr int kStages = kStagesT > 0 ? kStagesT : (kTileBytes <= 16 * 1024 ? 4 : 3);
   static constexpr int kSmemBytes = kStages * kTileBytes + 2 * kStages * 8 + kSmemAlign;
   static_assert(kBoxBytes % kSmemAlign == 0,
                 "every box must start 1024-byte aligned: the swizzle is a function of address bits 7-9");
   static_assert(kRows % 32 == 0 && kRows <= 256, "consumers take 32-row slices; TMA boxes <= 256 rows");
-  static_assert(kStages >= 2, "at least double buffering");
+  static_assert(kStages >= 2 || kStagesT == 1, "double buffering, or one tile per CTA");
   static_assert(kSmemBytes <= 227 * 1024, "one CTA must fit an SM's shared memory");
 };
 using Tile64x2 = TileConfig<64, 2>;
 using Tile64x4 = TileConfig<64, 4>;
 using Tile128x2 = TileConfig<128, 2>;
 using Tile128x4 = TileConfig<128, 4>;
+using Tile64x2Single = TileConfig<64, 2, 1>;
+using Tile64x4Single = TileConfig<64, 4, 1>;
+using Tile128x4Single = TileConfig<128, 4, 1>;
+using Tile32x2Single = TileConfig<32, 2, 1>;
+using Tile32x4Single = TileConfig<32, 4, 1>;
+// With registers capped for 4 CTAs per SM (<= 102 per thread at 160 threads).
+using Tile64x2Single4 = TileConfig<64, 2, 1, 4>;
+using Tile32x4Single4 = TileConfig<32, 4, 1, 4>;
 
 // What TransposeTma runs. 4-byte elements: the sweep's best setting at the target shapes
 // (opserve-bench --transpose-sweep, H200, 2026-11-22: 128 x 4 tiles, group 64, 256-byte L2
@@ -93,11 +104,20 @@ using Tile128x4 = TileConfig<128, 4>;
 // The sweep now checks every variant on every shape (3-CTA ones five times) to settle it.
 // 2-byte elements keep the original setting: only the 64 x 2 tile is built for them and none of
 // the sweep's settings was measured on bf16.
-constexpr TransposeTmaTuning kDefaultTuning{/*tile_rows=*/128, /*boxes=*/4, /*group_tile_rows=*/64,
-                                            /*l2_promote_256=*/true, /*max_ctas_per_sm=*/1};
+//
+// Since 2026-11-23 (H100, opserve-bench --sweep_one_tile, two calls): one tile per CTA, 64 x 2
+// tiles in row-major order (group 1), 256-byte promotion: 0.943-0.944x of the copy at 16384^2 and
+// 32768^2 against 0.917-0.925x for the persistent setting above, 0.870x at 4096^2 (0.716-0.722x),
+// 0.941x at 8192 x 32768 (0.810-0.813x); every element-wise check exact. Blocks that each finish
+// one tile and are dispatched in tile order keep the DRAM traffic of neighbouring CTAs adjacent,
+// the pattern that made sum/chunked's reads faster.
+constexpr TransposeTmaTuning kDefaultTuning{/*tile_rows=*/64, /*boxes=*/2, /*group_tile_rows=*/1,
+                                            /*l2_promote_256=*/true, /*max_ctas_per_sm=*/1,
+                                            /*one_tile_per_cta=*/true};
 constexpr TransposeTmaTuning kDefaultTuningBf16{/*tile_rows=*/64, /*boxes=*/2,
                                                 /*group_tile_rows=*/32, /*l2_promote_256=*/false,
-                                                /*max_ctas_per_sm=*/2};
+                                                /*max_ctas_per_sm=*/2,
+                                                /*one_tile_per_cta=*/false};
 
 // Per element type: kVec elements per 16-byte vector; a thread moves kVec x kVec register blocks.
 //   fp32: a warp block is 32 rows x 16 cols (8 row groups x 4 column chunks); the consumer warps
@@ -342,7 +362,7 @@ __device__ __forceinline__ void ConsumeTile(const uint8_t* stage, uint64_t* empt
 // (kThreads, 1): without the 1, ptxas held the 64 x 2 fp32 kernel at 56 registers and spilled
 // 12 bytes; with it, 70-100 registers and no spills, which still fits 3 CTAs of 160 threads.
 template <typename T, bool kVectorStore, typename Config>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kThreads, Config::kMinCtas)
     transpose_tma_kernel(const __grid_constant__ CUtensorMap in_map, T* __restrict__ out,
                          int64_t rows, int64_t cols, uint32_t tiles_x, uint32_t tiles_y,
                          uint32_t num_tiles, uint32_t group_rows) {
@@ -481,7 +501,9 @@ cudaError_t LaunchTma(const TransposeTmaTuning& tuning, const void* d_in, void* 
   const uint64_t num_tiles = tiles_x * tiles_y;
   const uint64_t resident =
       static_cast<uint64_t>(sms) * std::clamp(ctas_per_sm, 1, std::max(1, tuning.max_ctas_per_sm));
-  const unsigned grid = static_cast<unsigned>(std::min(num_tiles, resident));
+  // One tile per CTA: as many CTAs as tiles (under 2^31, checked above), dispatched in tile order.
+  const unsigned grid = static_cast<unsigned>(
+      Config::kStages == 1 ? num_tiles : std::min(num_tiles, resident));
   const uint32_t group_rows = static_cast<uint32_t>(std::max(1, tuning.group_tile_rows));
   kernel<<<grid, kThreads, Config::kSmemBytes, stream>>>(
       map, static_cast<T*>(d_out), rows, cols, static_cast<uint32_t>(tiles_x),
@@ -494,6 +516,30 @@ cudaError_t LaunchTma(const TransposeTmaTuning& tuning, const void* d_in, void* 
 cudaError_t LaunchTmaFp32(const TransposeTmaTuning& t, const void* d_in, void* d_out, int64_t rows,
                           int64_t cols, int device, PFN_cuTensorMapEncodeTiled_v12000 encode,
                           cudaStream_t stream, bool* launched) {
+  if (t.one_tile_per_cta) {
+    if (t.max_ctas_per_sm >= 4 && t.tile_rows == 64 && t.boxes == 2) {
+      return LaunchTma<uint32_t, Tile64x2Single4>(t, d_in, d_out, rows, cols, device, encode, stream, launched);
+    }
+    if (t.max_ctas_per_sm >= 4 && t.tile_rows == 32 && t.boxes == 4) {
+      return LaunchTma<uint32_t, Tile32x4Single4>(t, d_in, d_out, rows, cols, device, encode, stream, launched);
+    }
+    if (t.tile_rows == 32 && t.boxes == 2) {
+      return LaunchTma<uint32_t, Tile32x2Single>(t, d_in, d_out, rows, cols, device, encode, stream, launched);
+    }
+    if (t.tile_rows == 32 && t.boxes == 4) {
+      return LaunchTma<uint32_t, Tile32x4Single>(t, d_in, d_out, rows, cols, device, encode, stream, launched);
+    }
+    if (t.tile_rows == 64 && t.boxes == 2) {
+      return LaunchTma<uint32_t, Tile64x2Single>(t, d_in, d_out, rows, cols, device, encode, stream, launched);
+    }
+    if (t.tile_rows == 64 && t.boxes == 4) {
+      return LaunchTma<uint32_t, Tile64x4Single>(t, d_in, d_out, rows, cols, device, encode, stream, launched);
+    }
+    if (t.tile_rows == 128 && t.boxes == 4) {
+      return LaunchTma<uint32_t, Tile128x4Single>(t, d_in, d_out, rows, cols, device, encode, stream, launched);
+    }
+    return cudaErrorInvalidValue;
+  }
   if (t.tile_rows == 64 && t.boxes == 2) {
     return LaunchTma<uint32_t, Tile64x2>(t, d_in, d_out, rows, cols, device, encode, stream, launched);
   }

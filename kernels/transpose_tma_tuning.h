@@ -16,8 +16,12 @@ struct TransposeTmaTuning {
   int group_tile_rows = 32;
   // L2 promotion of the input's TMA loads: 256 bytes instead of 128.
   bool l2_promote_256 = false;
-  // Resident CTAs per SM (capped by what fits).
+  // Resident CTAs per SM (capped by what fits). Ignored with one_tile_per_cta.
   int max_ctas_per_sm = 2;
+  // FLOAT32/INT32 only: a CTA per tile with a single stage, the grid as large as the tile count
+  // (blocks dispatched in tile order, as sum/chunked reads), instead of a persistent grid that
+  // pipelines tiles through several stages. Supported tiles: (64, 2), (64, 4), (128, 4).
+  bool one_tile_per_cta = false;
 };
 
 // What TransposeTma runs for this element width (4: FLOAT32/INT32, 2: BFLOAT16).

@@ -9,8 +9,11 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <mutex>
 #include <thread>
 
 #include "absl/flags/flag.h"
@@ -88,10 +91,10 @@ absl::StatusOr<std::unique_ptr<Backend>> ChooseBackend(const std::string& device
 }
 
 // SIGTERM and SIGINT are blocked in every thread (main() blocks them before the first thread
-// starts, and threads inherit the mask) and taken synchronously by sigwait on the main thread.
-// With a handler instead, the kernel may deliver the signal to any thread; under ThreadSanitizer a
-// handler runs only when its thread next enters an intercepted call, and a gRPC thread parked in a
-// raw futex never does: the server then never saw the SIGTERM (CI, 2026-11-23).
+// starts, and threads inherit the mask) and taken synchronously by sigwait on a thread of their
+// own. With a handler instead, the kernel may deliver the signal to any thread; under
+// ThreadSanitizer a handler runs only when its thread next enters an intercepted call, and a gRPC
+// thread parked in a raw futex never does: the server then never saw the SIGTERM (CI, 2026-11-23).
 sigset_t TerminationSignals() {
   sigset_t set;
   sigemptyset(&set);
@@ -100,17 +103,43 @@ sigset_t TerminationSignals() {
   return set;
 }
 
-// Blocks until SIGTERM or SIGINT; returns which. A signal sent before this call (during start-up,
-// or right after the listening line) is pending, not lost, and returns at once.
-int WaitForTerminationSignal() {
+// The signal thread: before the server listens (g_serving false), a signal ends the process as
+// the default action always did, so a start-up that hangs can still be stopped; once it listens,
+// the first signal starts the drain (g_signal) and the thread ends.
+std::atomic<bool> g_serving{false};
+std::mutex g_signal_mu;
+std::condition_variable g_signal_cv;
+int g_signal = 0;  // under g_signal_mu
+
+void SignalThread() {
   const sigset_t set = TerminationSignals();
   int sig = 0;
-  while (sigwait(&set, &sig) != 0) {
+  if (sigwait(&set, &sig) != 0) sig = SIGTERM;  // EINVAL only, impossible for this set
+  if (!g_serving.load()) {
+    std::signal(sig, SIG_DFL);
+    sigset_t one;
+    sigemptyset(&one);
+    sigaddset(&one, sig);
+    pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
+    raise(sig);        // to this thread, where it is unblocked: the default action ends the process
+    _exit(128 + sig);  // not reached
   }
-  return sig;
+  {
+    std::lock_guard<std::mutex> lock(g_signal_mu);
+    g_signal = sig;
+  }
+  g_signal_cv.notify_all();
+}
+
+// Blocks until the signal thread has taken SIGTERM or SIGINT; returns which.
+int WaitForTerminationSignal() {
+  std::unique_lock<std::mutex> lock(g_signal_mu);
+  g_signal_cv.wait(lock, [] { return g_signal != 0; });
+  return g_signal;
 }
 
 int Run() {
+  std::thread(SignalThread).detach();  // blocked in sigwait when the process ends: nothing to join
   auto backend_or = ChooseBackend(absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_memory_budget_bytes));
   if (!backend_or.ok()) {
     std::cerr << "opserve: " << backend_or.status() << std::endl;
@@ -176,8 +205,8 @@ int Run() {
   OpServeService service(*backend, store, **worker, metrics.get(), options);
   service.UpdateStoreGauges();
 
-  // A supervisor may signal the moment it sees the listening line: the signals have been blocked
-  // since main() began, so such a signal waits for WaitForTerminationSignal below.
+  // A supervisor may signal the moment it sees the listening line: g_serving is set before the
+  // line is printed, so such a signal starts the drain (and one sent earlier ended the process).
   // Set before the server starts (worker jobs read it): a device that fails turns health
   // NOT_SERVING once the health service exists; until then the check after start covers it.
   std::atomic<grpc::HealthCheckServiceInterface*> health_service{nullptr};
@@ -212,6 +241,7 @@ int Run() {
   health->SetServingStatus(true);
   health_service.store(health);
   if (!backend->Healthy().ok()) service.ReportUnhealthy();  // failed during the warm-up
+  g_serving.store(true);  // from here a signal drains instead of ending the process
   std::cerr << "opserve: listening on " << absl::GetFlag(FLAGS_host) << ":" << port << std::endl;
 
   const int sig = WaitForTerminationSignal();

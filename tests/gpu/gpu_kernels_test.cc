@@ -330,12 +330,16 @@ TEST(GpuDeterminism, Float32SumsAreBitwiseRepeatable) {
       for (int rep = 0; rep < 10; ++rep) {
         auto out = (*env)->Allocate(4);
         ASSERT_TRUE(out.ok());
+        // Poisoned (a NaN pattern), so a run that writes nothing cannot repeat the last bits.
+        ASSERT_EQ(cudaMemset((*out)->data(), 0xFF, 4), cudaSuccess);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the env's stream does not wait for it
         const void* ptrs[] = {(*in)->data()};
         KernelArgs args{ptrs, metas, (*out)->data(), out_meta, attrs, **env};
         ASSERT_TRUE(algo->run(args).ok()) << algo->name;
         ASSERT_TRUE((*env)->Finish(0).ok()) << algo->name;
         uint32_t bits = 0;
         ASSERT_TRUE((*backend)->CopyOut(**out, 0, &bits, 4).ok());
+        ASSERT_NE(bits, 0xFFFFFFFFu) << algo->name << " wrote nothing";
         if (rep == 0) first = bits;
         ASSERT_EQ(bits, first) << "run " << rep << " of " << algo->name << " at n = " << n
                                << " gave different bits";
