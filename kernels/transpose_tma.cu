@@ -1,4 +1,9 @@
-// transpose, TMA (sm_90): a persistent, warp-specialised pipeline.
+// transpose, TMA (sm_90): a warp-specialised kernel, run either as a persistent pipeline
+// (several stages per CTA, a grid of one wave; the bf16 default) or, the 4-byte default since
+// 2026-11-23, as one single-stage CTA per tile with a grid of every tile (one_tile_per_cta:
+// 0.943-0.945x of the copy on the H100 against 0.917-0.927x persistent; NOTES_transpose.md).
+// The description below is of the persistent form; the one-tile form runs the same producer and
+// consumers over exactly one tile.
 //
 //   producer warp (one lane): for each tile, wait until its shared-memory stage is free, then
 //     cp.async.bulk.tensor the tile (kBoxes boxes of kRows rows x 128 bytes, 128-byte swizzle)

@@ -91,7 +91,7 @@ const std::vector<AlgoSpec>& AlgorithmTable() {
        OPSERVE_CUDA_TRANSPOSE(TransposeSwizzled), true, false, 0, "32x32 tile, XOR swizzle"},
       {"transpose", "tma", "cuda", {D::kFloat32, D::kInt32, D::kBFloat16},
        OPSERVE_CUDA_TRANSPOSE(TransposeTma), true, false, 90,
-       "sm_90 bulk tensor copies, 128-byte swizzle"},
+       "sm_90 bulk tensor copies, 128-byte swizzle, a CTA per tile"},
       {"matmul", "naive", "cuda", {D::kFloat32, D::kBFloat16}, OPSERVE_CUDA_MATMUL(MatmulNaive),
        true, false, 0, "a thread per output"},
       {"matmul", "coalescing", "cuda", {D::kFloat32, D::kBFloat16},
