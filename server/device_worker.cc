@@ -49,7 +49,6 @@ void DeviceWorker::Shutdown() {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
   }
-  stop_polling_.store(true, std::memory_order_relaxed);
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
 }
@@ -64,7 +63,7 @@ void DeviceWorker::Loop(std::promise<absl::Status>* started) {
     // starts without a futex wake-up (tens of microseconds on a VM; PERFORMANCE.md).
     const auto spin_until = std::chrono::steady_clock::now() + poll_;
     while (queued_.load(std::memory_order_acquire) == 0 &&
-           !stop_polling_.load(std::memory_order_relaxed) &&
+           !stopping_.load(std::memory_order_relaxed) &&
            std::chrono::steady_clock::now() < spin_until) {
       std::this_thread::yield();
     }

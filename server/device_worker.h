@@ -55,9 +55,10 @@ class DeviceWorker {
   std::condition_variable cv_;
   std::deque<Job> jobs_;
   std::atomic<int> queued_{0};  // jobs_.size(), readable without mu_
-  std::atomic<bool> stop_polling_{false};  // Shutdown began: end the poll at once
   int running_ = 0;
-  bool stopping_ = false;
+  // Written under mu_ (so Submit and the wait see it in order with the queue); atomic so that the
+  // poll loop, which holds no lock, ends at once when Shutdown begins.
+  std::atomic<bool> stopping_{false};
   std::thread thread_;
 };
 

@@ -175,6 +175,19 @@ struct Stats {
   double median_us = 0, min_us = 0, p90_us = 0;
 };
 
+// Median, min and p90 of a batch of run times (microseconds).
+Stats StatsOf(std::vector<double> us) {
+  Stats st;
+  if (us.empty()) return st;
+  std::sort(us.begin(), us.end());
+  const int reps = static_cast<int>(us.size());
+  st.reps = reps;
+  st.min_us = us.front();
+  st.median_us = reps % 2 ? us[reps / 2] : 0.5 * (us[reps / 2 - 1] + us[reps / 2]);
+  st.p90_us = us[std::min<int>(reps - 1, static_cast<int>(std::ceil(0.9 * reps)) - 1)];
+  return st;
+}
+
 // Times `run(set)` per the method above. `run` returns false on failure (already reported).
 Stats TimeRuns(cudaStream_t s, Sets& sets, int max_reps, const std::function<bool(int)>& run,
                const std::function<void()>& after_batch) {
@@ -213,13 +226,7 @@ Stats TimeRuns(cudaStream_t s, Sets& sets, int max_reps, const std::function<boo
   }
   std::vector<double> us = batch(reps);
   if (static_cast<int>(us.size()) != reps) return {};
-  std::sort(us.begin(), us.end());
-  Stats st;
-  st.reps = reps;
-  st.min_us = us.front();
-  st.median_us = reps % 2 ? us[reps / 2] : 0.5 * (us[reps / 2 - 1] + us[reps / 2]);
-  st.p90_us = us[std::min<int>(reps - 1, static_cast<int>(std::ceil(0.9 * reps)) - 1)];
-  return st;
+  return StatsOf(std::move(us));
 }
 
 // One entry of an interleaved group: a run and what to do after each batch of it.
@@ -298,15 +305,7 @@ void TimeGroup(cudaStream_t s, Sets& sets, int max_reps, std::vector<Timed>& ent
   }
   for (cudaEvent_t& e : ev) cudaEventDestroy(e);
   for (size_t j = 0; j < n; ++j) {
-    if (failed[j] || us[j].empty()) continue;
-    std::vector<double>& v = us[j];
-    std::sort(v.begin(), v.end());
-    const int reps = static_cast<int>(v.size());
-    Stats& st = entries[fast[j]].st;
-    st.reps = reps;
-    st.min_us = v.front();
-    st.median_us = reps % 2 ? v[reps / 2] : 0.5 * (v[reps / 2 - 1] + v[reps / 2]);
-    st.p90_us = v[std::min<int>(reps - 1, static_cast<int>(std::ceil(0.9 * reps)) - 1)];
+    if (!failed[j]) entries[fast[j]].st = StatsOf(std::move(us[j]));
   }
 }
 
