@@ -68,9 +68,11 @@ constexpr int kSmemAlign = 1024;  // the 128-byte swizzle pattern repeats every 
 // 64x128 bf16). kStages tiles are in flight per CTA.
 // kStagesT = 1: one tile per CTA (TransposeTmaTuning::one_tile_per_cta), the grid as many CTAs
 // as tiles; the single stage is filled once, so several CTAs fit an SM.
-template <int kRowsT, int kBoxesT, int kStagesT = 0, int kMinCtasT = 1>
+// kStreamStoreT: output stores carry the evict-first hint (st.global.cs), for one-tile configs.
+template <int kRowsT, int kBoxesT, int kStagesT = 0, int kMinCtasT = 1, bool kStreamStoreT = false>
 struct TileConfig {
-  static constexpr int kMinCtas = kMinCtasT;  // __launch_bounds__'s minimum CTAs per SM
+  static constexpr int kMinCtas = kMinCtasT;
+  static constexpr bool kStreamStore = kStreamStoreT;  // __launch_bounds__'s minimum CTAs per SM
   static constexpr int kRows = kRowsT;
   static constexpr int kBoxes = kBoxesT;
   static constexpr int kBoxBytes = kRows * kSwizzleBytes;
@@ -96,6 +98,13 @@ using Tile32x4Single = TileConfig<32, 4, 1>;
 // With registers capped for 4 CTAs per SM (<= 102 per thread at 160 threads).
 using Tile64x2Single4 = TileConfig<64, 2, 1, 4>;
 using Tile32x4Single4 = TileConfig<32, 4, 1, 4>;
+// Taller tiles: each output row gets 512 / 1024 contiguous bytes per CTA instead of 256.
+using Tile128x2Single = TileConfig<128, 2, 1>;
+using Tile256x2Single = TileConfig<256, 2, 1>;
+// Evict-first output stores.
+using Tile64x2SingleCs = TileConfig<64, 2, 1, 1, true>;
+using Tile128x2SingleCs = TileConfig<128, 2, 1, 1, true>;
+using Tile256x2SingleCs = TileConfig<256, 2, 1, 1, true>;
 
 // What TransposeTma runs. 4-byte elements: the sweep's best setting at the target shapes
 // (opserve-bench --transpose-sweep, H200, 2026-11-22: 128 x 4 tiles, group 64, 256-byte L2
@@ -116,7 +125,12 @@ using Tile32x4Single4 = TileConfig<32, 4, 1, 4>;
 // 0.941x at 8192 x 32768 (0.810-0.813x); every element-wise check exact. Blocks that each finish
 // one tile and are dispatched in tile order keep the DRAM traffic of neighbouring CTAs adjacent,
 // the pattern that made sum/chunked's reads faster.
-constexpr TransposeTmaTuning kDefaultTuning{/*tile_rows=*/64, /*boxes=*/2, /*group_tile_rows=*/1,
+// Since the second sweep of 2026-11-23 (H100): the same tile walked column-major (group = the
+// whole tile column, group_tile_rows 0): 0.959x / 0.955x at 16384^2 / 32768^2, 0.960x at
+// 8192 x 32768, 0.868x at 4096^2, against 0.941x / 0.943x / 0.941x / 0.864x row-major in the same
+// call. Neighbouring CTAs then write neighbouring 256-byte pieces of the same 64 output rows
+// (the scattered side before) and read 64-row blocks one under the other.
+constexpr TransposeTmaTuning kDefaultTuning{/*tile_rows=*/64, /*boxes=*/2, /*group_tile_rows=*/0,
                                             /*l2_promote_256=*/true, /*max_ctas_per_sm=*/1,
                                             /*one_tile_per_cta=*/true};
 constexpr TransposeTmaTuning kDefaultTuningBf16{/*tile_rows=*/64, /*boxes=*/2,
@@ -203,9 +217,18 @@ __device__ __forceinline__ void TmaLoad2d(void* dst, const CUtensorMap* map, int
 
 // One 16-byte global store. Written out because nvcc 13.0 split some `*(uint4*)p = ...` stores of
 // this file into four 4-byte stores (seen in the PTX), which quadruples the store instructions.
+// kStreaming: the evict-first hint (.cs), the line is unlikely to be touched again.
+template <bool kStreaming = false>
 __device__ __forceinline__ void StoreGlobal16(void* p, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
-  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(a), "r"(b), "r"(c), "r"(d)
-               : "memory");
+  if constexpr (kStreaming) {
+    asm volatile("st.global.cs.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(a), "r"(b), "r"(c),
+                 "r"(d)
+                 : "memory");
+  } else {
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(a), "r"(b), "r"(c),
+                 "r"(d)
+                 : "memory");
+  }
 }
 
 // Byte offset of 16-byte chunk `chunk` of box row `row` under the 128-byte swizzle: the chunk index
@@ -293,7 +316,8 @@ __device__ __forceinline__ void ConsumeTile(const uint8_t* stage, uint64_t* empt
         if constexpr (kVectorStore) {
           // rows % 4 == 0 on this path, so a vector is wholly inside or wholly outside the row.
           if (out_c < rows) {
-            StoreGlobal16(dst, v[j][0][k], v[j][1][k], v[j][2][k], v[j][3][k]);
+            StoreGlobal16<Config::kStreamStore>(dst, v[j][0][k], v[j][1][k], v[j][2][k],
+                                                v[j][3][k]);
           }
         } else {
 #pragma unroll
@@ -509,55 +533,67 @@ cudaError_t LaunchTma(const TransposeTmaTuning& tuning, const void* d_in, void* 
   // One tile per CTA: as many CTAs as tiles (under 2^31, checked above), dispatched in tile order.
   const unsigned grid = static_cast<unsigned>(
       Config::kStages == 1 ? num_tiles : std::min(num_tiles, resident));
-  const uint32_t group_rows = static_cast<uint32_t>(std::max(1, tuning.group_tile_rows));
+  // A group never exceeds the tile column (so group_rows * tiles_x < 2^31: no overflow in
+  // TileCoords); 0 or less means the whole column, i.e. tiles walk column-major.
+  const uint64_t group_rows = tuning.group_tile_rows <= 0
+                                  ? tiles_y
+                                  : std::min<uint64_t>(tiles_y, tuning.group_tile_rows);
   kernel<<<grid, kThreads, Config::kSmemBytes, stream>>>(
       map, static_cast<T*>(d_out), rows, cols, static_cast<uint32_t>(tiles_x),
-      static_cast<uint32_t>(tiles_y), static_cast<uint32_t>(num_tiles), group_rows);
+      static_cast<uint32_t>(tiles_y), static_cast<uint32_t>(num_tiles),
+      static_cast<uint32_t>(group_rows));
   *launched = true;
   return cudaPeekAtLastError();
 }
 
-// The fp32 tile the tuning names; nullptr-equivalent (false) when unsupported.
+using LaunchFn = cudaError_t (*)(const TransposeTmaTuning&, const void*, void*, int64_t, int64_t,
+                                 int, PFN_cuTensorMapEncodeTiled_v12000, cudaStream_t, bool*);
+
+// Every fp32 build: (tile rows, boxes, one tile per CTA, registers capped for 4 CTAs per SM,
+// evict-first stores). A new tile is one `using` above plus one row here.
+struct Fp32Build {
+  int tile_rows, boxes;
+  bool one_tile, regs4, stream_store;
+  LaunchFn launch;
+};
+constexpr Fp32Build kFp32Builds[] = {
+    {64, 2, false, false, false, &LaunchTma<uint32_t, Tile64x2>},
+    {64, 4, false, false, false, &LaunchTma<uint32_t, Tile64x4>},
+    {128, 2, false, false, false, &LaunchTma<uint32_t, Tile128x2>},
+    {128, 4, false, false, false, &LaunchTma<uint32_t, Tile128x4>},
+    {32, 2, true, false, false, &LaunchTma<uint32_t, Tile32x2Single>},
+    {32, 4, true, false, false, &LaunchTma<uint32_t, Tile32x4Single>},
+    {64, 2, true, false, false, &LaunchTma<uint32_t, Tile64x2Single>},
+    {64, 4, true, false, false, &LaunchTma<uint32_t, Tile64x4Single>},
+    {128, 2, true, false, false, &LaunchTma<uint32_t, Tile128x2Single>},
+    {128, 4, true, false, false, &LaunchTma<uint32_t, Tile128x4Single>},
+    {256, 2, true, false, false, &LaunchTma<uint32_t, Tile256x2Single>},
+    {64, 2, true, true, false, &LaunchTma<uint32_t, Tile64x2Single4>},
+    {32, 4, true, true, false, &LaunchTma<uint32_t, Tile32x4Single4>},
+    {64, 2, true, false, true, &LaunchTma<uint32_t, Tile64x2SingleCs>},
+    {128, 2, true, false, true, &LaunchTma<uint32_t, Tile128x2SingleCs>},
+    {256, 2, true, false, true, &LaunchTma<uint32_t, Tile256x2SingleCs>},
+};
+
+// The fp32 build the tuning names; cudaErrorInvalidValue when there is none. One-tile tunings with
+// max_ctas_per_sm >= 4 take the register-capped build where one exists.
 cudaError_t LaunchTmaFp32(const TransposeTmaTuning& t, const void* d_in, void* d_out, int64_t rows,
                           int64_t cols, int device, PFN_cuTensorMapEncodeTiled_v12000 encode,
                           cudaStream_t stream, bool* launched) {
-  if (t.one_tile_per_cta) {
-    if (t.max_ctas_per_sm >= 4 && t.tile_rows == 64 && t.boxes == 2) {
-      return LaunchTma<uint32_t, Tile64x2Single4>(t, d_in, d_out, rows, cols, device, encode, stream, launched);
+  const Fp32Build* found = nullptr;
+  for (const Fp32Build& b : kFp32Builds) {
+    if (b.tile_rows != t.tile_rows || b.boxes != t.boxes || b.one_tile != t.one_tile_per_cta ||
+        b.stream_store != t.stream_store) {
+      continue;
     }
-    if (t.max_ctas_per_sm >= 4 && t.tile_rows == 32 && t.boxes == 4) {
-      return LaunchTma<uint32_t, Tile32x4Single4>(t, d_in, d_out, rows, cols, device, encode, stream, launched);
+    if (b.regs4 == (t.one_tile_per_cta && t.max_ctas_per_sm >= 4)) {
+      found = &b;
+      break;
     }
-    if (t.tile_rows == 32 && t.boxes == 2) {
-      return LaunchTma<uint32_t, Tile32x2Single>(t, d_in, d_out, rows, cols, device, encode, stream, launched);
-    }
-    if (t.tile_rows == 32 && t.boxes == 4) {
-      return LaunchTma<uint32_t, Tile32x4Single>(t, d_in, d_out, rows, cols, device, encode, stream, launched);
-    }
-    if (t.tile_rows == 64 && t.boxes == 2) {
-      return LaunchTma<uint32_t, Tile64x2Single>(t, d_in, d_out, rows, cols, device, encode, stream, launched);
-    }
-    if (t.tile_rows == 64 && t.boxes == 4) {
-      return LaunchTma<uint32_t, Tile64x4Single>(t, d_in, d_out, rows, cols, device, encode, stream, launched);
-    }
-    if (t.tile_rows == 128 && t.boxes == 4) {
-      return LaunchTma<uint32_t, Tile128x4Single>(t, d_in, d_out, rows, cols, device, encode, stream, launched);
-    }
-    return cudaErrorInvalidValue;
+    if (!b.regs4 && found == nullptr) found = &b;
   }
-  if (t.tile_rows == 64 && t.boxes == 2) {
-    return LaunchTma<uint32_t, Tile64x2>(t, d_in, d_out, rows, cols, device, encode, stream, launched);
-  }
-  if (t.tile_rows == 64 && t.boxes == 4) {
-    return LaunchTma<uint32_t, Tile64x4>(t, d_in, d_out, rows, cols, device, encode, stream, launched);
-  }
-  if (t.tile_rows == 128 && t.boxes == 2) {
-    return LaunchTma<uint32_t, Tile128x2>(t, d_in, d_out, rows, cols, device, encode, stream, launched);
-  }
-  if (t.tile_rows == 128 && t.boxes == 4) {
-    return LaunchTma<uint32_t, Tile128x4>(t, d_in, d_out, rows, cols, device, encode, stream, launched);
-  }
-  return cudaErrorInvalidValue;
+  if (found == nullptr) return cudaErrorInvalidValue;
+  return found->launch(t, d_in, d_out, rows, cols, device, encode, stream, launched);
 }
 
 }  // namespace

@@ -12,7 +12,8 @@ struct TransposeTmaTuning {
   // (64, 2), (64, 4), (128, 2), (128, 4). BFLOAT16 always runs 64 x (2 * 64).
   int tile_rows = 64;
   int boxes = 2;
-  // Tiles are handed out walking down groups of this many tile rows (>= 1).
+  // Tiles are handed out walking down groups of this many tile rows; 0 (or less), or more than
+  // the matrix has: the whole tile column (column-major order).
   int group_tile_rows = 32;
   // L2 promotion of the input's TMA loads: 256 bytes instead of 128.
   bool l2_promote_256 = false;
@@ -20,8 +21,12 @@ struct TransposeTmaTuning {
   int max_ctas_per_sm = 2;
   // FLOAT32/INT32 only: a CTA per tile with a single stage, the grid as large as the tile count
   // (blocks dispatched in tile order, as sum/chunked reads), instead of a persistent grid that
-  // pipelines tiles through several stages. Supported tiles: (64, 2), (64, 4), (128, 4).
+  // pipelines tiles through several stages. Supported tiles: (32, 2), (32, 4), (64, 2), (64, 4),
+  // (128, 2), (128, 4), (256, 2).
   bool one_tile_per_cta = false;
+  // One tile per CTA only, tiles (64, 2), (128, 2), (256, 2): output stores with the evict-first
+  // cache hint (st.global.cs).
+  bool stream_store = false;
 };
 
 // What TransposeTma runs for this element width (4: FLOAT32/INT32, 2: BFLOAT16).
