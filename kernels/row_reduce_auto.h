@@ -23,6 +23,10 @@
 // anchor by construction (ratio 1.000 within the 0.1-0.5% run-to-run noise of the method) instead
 // of 0.984. CUB's segmented reduce is deterministic; its temp storage comes from the caller's
 // scratch like block_per_row's. Rows of 1024..2047 floats (not measured) stay on block_per_row.
+//
+// Revised again (H100, 2026-11-23): many rows of >= 8192 floats -> block_per_row, whose launcher
+// now gives such rows 512-thread blocks: a 32 KiB row is one round of 4 loads a thread. 8192^2 in
+// a read-pattern diagnostic: 88.2 us against CUB's 89.2-89.5 (PERFORMANCE.md).
 #pragma once
 
 #include "kernels/common.h"
@@ -32,8 +36,8 @@ namespace opserve::kernels {
 inline constexpr int64_t kAutoFewRowsPerSm = 2;           // llama.cpp's "nrows / nsm < 2"
 inline constexpr int64_t kAutoWarpPerRowMaxCols = 1023;   // llama.cpp's "ncols < 1024"
 
-inline constexpr int64_t kAutoCubMinCols = 2048;           // measured: 4096, 8192 (see above)
-inline constexpr int64_t kAutoCubMaxCols = 8192;
+inline constexpr int64_t kAutoCubMinCols = 2048;           // measured: 4096 (see above)
+inline constexpr int64_t kAutoCubMaxCols = 8191;
 
 inline const char* ChooseRowReduceAlgorithm(int64_t rows, int64_t cols, int sm_count) {
   const int64_t sms = sm_count > 0 ? sm_count : 1;

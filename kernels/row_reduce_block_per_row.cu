@@ -4,7 +4,8 @@
 //
 // Block size, exactly as ggml-cuda's mean.cu / sumrows.cu choose it:
 //   rows / sm_count < 2  -> 512 threads (few blocks: make each one wide);
-//   otherwise            -> 32 threads if cols < 1024, else 128 (many blocks: keep each small).
+//   otherwise            -> 32 threads if cols < 1024, else 128 (many blocks: keep each small);
+//   not llama.cpp: many rows of >= 8192 floats -> 512 (kWideMinCols below).
 // Split rows (not in llama.cpp): with fewer rows than the GPU holds blocks and rows of at least
 // kSplitMinCols, each row is cut into `splits` chunks, one 512-thread block each, that write
 // partial sums to d_temp; a second launch adds each row's partials in a fixed order (one warp per
@@ -28,6 +29,12 @@ constexpr int kWideThreads = 512;    // rows / sm_count < kWideRowsPerSm
 constexpr int kNarrowThreads = 32;   // many rows, cols < kNarrowMaxCols
 constexpr int kMediumThreads = 128;  // many rows, longer rows
 constexpr int64_t kNarrowMaxCols = 1024;
+// Not llama.cpp: many rows of >= 8192 floats also take 512 threads, so a 32 KiB row is one round
+// of 4 loads a thread in one block, not two rounds of a 128-thread block (opserve-bench, H100,
+// 2026-11-23: 8192^2 88.0 us against CUB's 88.7-88.9; 128 x 8 took 89.1-90.1). Not for 4096
+// floats: 2 loads a thread in 2 resident 512-thread blocks (the 64-register cap) are too few
+// bytes in flight, 33.7 us at 4096^2 against 25.4 (PERFORMANCE.md).
+constexpr int64_t kWideMinCols = 8192;
 constexpr int64_t kWideRowsPerSm = 2;
 // Split only rows this long: below ~64K floats (256 KB) one 512-thread block needs at most a few
 // round trips to memory, which costs about as much as the second launch that a split adds.
@@ -103,7 +110,7 @@ Plan MakePlan(int64_t rows, int64_t cols, int64_t sm_count) {
     const int64_t splits = CeilDiv(cols, chunk);
     if (splits >= 2) return Plan{kWideThreads, splits, chunk};
   }
-  const int threads = rows / sm_count < kWideRowsPerSm
+  const int threads = rows / sm_count < kWideRowsPerSm || cols >= kWideMinCols
                           ? kWideThreads
                           : (cols < kNarrowMaxCols ? kNarrowThreads : kMediumThreads);
   return Plan{threads, 1, cols};
