@@ -29,6 +29,8 @@ namespace opserve::kernels {
 namespace {
 
 using sum_internal::SumAccumT;
+using sum_internal::SumLanes;
+using sum_internal::Vec16T;
 
 constexpr int kThreads = 256;
 constexpr int kUnroll = 4;  // 256 threads x 4 x 16 B = one 16 KiB chunk per block
@@ -37,23 +39,6 @@ constexpr int64_t kChunkVecs = int64_t{kThreads} * kUnroll;
 constexpr int kGroup = 1024;                             // blocks per first-level group
 constexpr int64_t kMaxGrid = int64_t{kGroup} * kGroup;  // the second level is one group too
 static_assert(kMaxGrid <= 0x7fffffff, "gridDim.x limit");
-
-template <typename T>
-struct Vec16;
-template <>
-struct Vec16<float> {
-  using type = float4;
-};
-template <>
-struct Vec16<int32_t> {
-  using type = int4;
-};
-
-template <typename Acc, typename V>
-__device__ __forceinline__ Acc SumLanes(const V& v) {
-  return (static_cast<Acc>(v.x) + static_cast<Acc>(v.y)) +
-         (static_cast<Acc>(v.z) + static_cast<Acc>(v.w));
-}
 
 // Adds vals[0..count) in a fixed order (thread t: t, t + kThreads, ..., then the block tree);
 // the result is valid in thread 0. Volatile loads: another SM wrote these values.
@@ -88,7 +73,7 @@ __global__ void __launch_bounds__(kThreads)
                        SumAccumT<T>* group_totals, unsigned int* counters,
                        SumAccumT<T>* __restrict__ out) {
   using Acc = SumAccumT<T>;
-  using V = typename Vec16<T>::type;
+  using V = Vec16T<T>;
   constexpr int kL = kVecBytes / static_cast<int>(sizeof(T));
   const V* __restrict__ vin = reinterpret_cast<const V*>(in + head);
   const int64_t n_vec = (n - head) / kL;

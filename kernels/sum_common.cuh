@@ -65,6 +65,29 @@ inline int FirstPassGrid(int64_t items, int64_t items_per_block, int sm_count, i
   return grid < 1 ? 1 : static_cast<int>(grid);
 }
 
+// 16-byte vectors of the input types, for the float4 / int4 loads of sum/vectorized and
+// sum/chunked.
+template <typename T>
+struct Vec16;
+template <>
+struct Vec16<float> {
+  using type = float4;
+};
+template <>
+struct Vec16<int32_t> {
+  using type = int4;
+};
+template <typename T>
+using Vec16T = typename Vec16<T>::type;
+static_assert(sizeof(float4) == 16 && sizeof(int4) == 16);
+
+// The four lanes of a 16-byte vector, added in the accumulator type in a fixed order.
+template <typename Acc, typename V>
+__device__ __forceinline__ Acc SumLanes(const V& v) {
+  return (static_cast<Acc>(v.x) + static_cast<Acc>(v.y)) +
+         (static_cast<Acc>(v.z) + static_cast<Acc>(v.w));
+}
+
 template <typename Acc>
 __device__ __forceinline__ Acc WarpReduceSum(Acc v) {
 #pragma unroll

@@ -43,6 +43,8 @@ namespace opserve::kernels {
 namespace {
 
 using sum_internal::SumAccumT;
+using sum_internal::SumLanes;
+using sum_internal::Vec16T;
 
 constexpr int kThreads = 256;
 // 4 blocks x 256 threads x 8 vectors x 16 B = 128 KiB of loads in flight per SM, several times
@@ -56,26 +58,8 @@ static_assert(kThreads * kBlocksPerSm <= 2048, "one wave must fit the SM's threa
 static_assert(kUnroll >= 1 && (kUnroll & (kUnroll - 1)) == 0, "pairwise combine needs 2^k");
 
 template <typename T>
-struct Vec16;
-template <>
-struct Vec16<float> {
-  using type = float4;
-};
-template <>
-struct Vec16<int32_t> {
-  using type = int4;
-};
-template <typename T>
-using Vec16T = typename Vec16<T>::type;
-template <typename T>
 inline constexpr int kLanes = kVecBytes / static_cast<int>(sizeof(T));
 static_assert(sizeof(float4) == kVecBytes && sizeof(int4) == kVecBytes);
-
-template <typename Acc, typename V>
-__device__ __forceinline__ Acc SumLanes(const V& v) {
-  return (static_cast<Acc>(v.x) + static_cast<Acc>(v.y)) +
-         (static_cast<Acc>(v.z) + static_cast<Acc>(v.w));
-}
 
 // Pairwise sum of s[0..kUnroll) (fixed shape).
 template <typename Acc>
