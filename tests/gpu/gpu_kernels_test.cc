@@ -44,12 +44,18 @@ std::vector<Shape> ShapesFor(absl::string_view op) {
   if (op == "row_sum" || op == "row_mean") {
     return {{{{1, 1}}},      {{{1, 33}}},        {{{7, 1}}},          {{{10, 2048}}},
             {{{33, 127}}},   {{{1000, 129}}},    {{{4097, 65}}},      {{{1, 1048577}}},
-            {{{3, 1000003}}}, {{{20000, 64}}},   {{{131, 4099}}},     {{{17, 65537}}}};
+            {{{3, 1000003}}}, {{{20000, 64}}},   {{{131, 4099}}},     {{{17, 65537}}},
+            // Many rows of >= 8192 floats (block_per_row's 512-thread blocks), odd length so
+            // rows after the first start misaligned.
+            {{{300, 8195}}}};
   }
   if (op == "transpose") {
     return {{{{1, 1}}},    {{{1, 37}}},     {{{37, 1}}},    {{{31, 33}}},    {{{33, 31}}},
             {{{64, 64}}},  {{{65, 129}}},   {{{128, 96}}},  {{{1000, 1001}}}, {{{3000, 7}}},
-            {{{4096, 4100}}}, {{{2048, 4096}}}};
+            {{{4096, 4100}}}, {{{2048, 4096}}},
+            // TMA input with element stores (rows * 4 % 16 != 0) and a partial last tile in
+            // both directions, walked column-major.
+            {{{1001, 1028}}}};
   }
   if (op == "matmul") {
     return {{{{1, 1}, {1, 1}}},       {{{1, 17}, {17, 1}}},       {{{17, 1}, {1, 33}}},
