@@ -705,23 +705,36 @@ class Bench {
     // One tile per CTA (a grid of every tile, dispatched in tile order): tile order matters more
     // here, so row-major (group 1) and narrow groups are in.
     // max_ctas_per_sm 4 here selects register-capped builds (64x2, 32x4) where they exist.
-    const std::vector<std::pair<int, int>> one_tile_shapes = {{64, 2}, {64, 4}, {128, 4}, {32, 2}, {32, 4}};
+    // stream_store (evict-first output stores) is built for the x2 tiles of 64-256 rows.
+    const std::vector<std::pair<int, int>> one_tile_shapes = {{64, 2},  {64, 4}, {128, 4}, {32, 2},
+                                                              {32, 4},  {128, 2}, {256, 2}};
+    auto has_cs = [](int rows_t, int boxes_t) { return boxes_t == 2 && rows_t >= 64; };
+    // Tall x2 tiles also walk column-major-ish (groups up to the whole tile column), which
+    // makes their 512-1024-byte output pieces land in address order.
     for (const auto& [rows_t, boxes_t] : one_tile_shapes) {
-      for (int g : {1, 2, 4, 16, 64}) {
+      std::vector<int> groups_t = {1, 2, 4, 16, 64};
+      if (has_cs(rows_t, boxes_t)) groups_t.insert(groups_t.end(), {32, 128, 256, 0});
+      for (int g : groups_t) {
         for (bool promo : {false, true}) {
           for (int c : {1, 4}) {
             if (c == 4 && !((rows_t == 64 && boxes_t == 2) || (rows_t == 32 && boxes_t == 4))) continue;
-            kernels::TransposeTmaTuning tu{rows_t, boxes_t, g, promo, c};
-            tu.one_tile_per_cta = true;
-            tunings.push_back(tu);
+            for (bool cs : {false, true}) {
+              if (cs && (c == 4 || !has_cs(rows_t, boxes_t))) continue;
+              kernels::TransposeTmaTuning tu{rows_t, boxes_t, g, promo, c};
+              tu.one_tile_per_cta = true;
+              tu.stream_store = cs;
+              tunings.push_back(tu);
+            }
           }
         }
       }
     }
     auto name = [](const kernels::TransposeTmaTuning& t) {
-      return absl::StrFormat("tile%dx%d_g%d_l2%s_%s", t.tile_rows, t.boxes, t.group_tile_rows,
+      return absl::StrFormat("tile%dx%d_g%s_l2%s_%s", t.tile_rows, t.boxes,
+                             t.group_tile_rows <= 0 ? "col" : absl::StrCat(t.group_tile_rows),
                              t.l2_promote_256 ? "256" : "128",
-                             t.one_tile_per_cta ? absl::StrCat("one", t.max_ctas_per_sm >= 4 ? "_r4" : "")
+                             t.one_tile_per_cta ? absl::StrCat("one", t.max_ctas_per_sm >= 4 ? "_r4" : "",
+                                                               t.stream_store ? "_cs" : "")
                                                 : absl::StrCat("cta", t.max_ctas_per_sm));
     };
     // Ragged shapes: every path (vector and element stores, the smem_tiled fallback, partial boxes
@@ -736,6 +749,12 @@ class Bench {
       for (int c : {1, 4}) {
         kernels::TransposeTmaTuning tu{rows_t, boxes_t, 2, true, c};
         tu.one_tile_per_cta = true;
+        ragged_tunings.push_back(tu);
+      }
+      if (has_cs(rows_t, boxes_t)) {
+        kernels::TransposeTmaTuning tu{rows_t, boxes_t, 2, true, 1};
+        tu.one_tile_per_cta = true;
+        tu.stream_store = true;
         ragged_tunings.push_back(tu);
       }
     }
@@ -1264,12 +1283,19 @@ int main(int argc, char** argv) {
     std::strftime(date, sizeof(date), "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&now));
     rep.date = date;
   }
-  if (absl::Status s = ProbeCuda(0); !s.ok()) Die(absl::StrCat("no usable GPU: ", s.message()));
-  cudaDeviceProp prop{};
-  Check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
-  rep.device = absl::StrFormat("%s (sm_%d%d, %d SMs, %d MB L2, %zu MiB)", prop.name, prop.major,
-                               prop.minor, prop.multiProcessorCount, prop.l2CacheSize >> 20,
-                               prop.totalGlobalMem >> 20);
+  // `--ops=service --server_arg=--device=cpu` runs without a GPU: the service path of the CPU
+  // backend, for looking at the gRPC side of the overhead on any machine.
+  const bool service_only = opt.ops.size() == 1 && opt.ops.count("service") && !opt.transpose_sweep;
+  if (absl::Status s = ProbeCuda(0); !s.ok()) {
+    if (!service_only) Die(absl::StrCat("no usable GPU: ", s.message()));
+    rep.device = absl::StrCat("no usable GPU (", s.message(), "), service path only");
+  } else {
+    cudaDeviceProp prop{};
+    Check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+    rep.device = absl::StrFormat("%s (sm_%d%d, %d SMs, %d MB L2, %zu MiB)", prop.name, prop.major,
+                                 prop.minor, prop.multiProcessorCount, prop.l2CacheSize >> 20,
+                                 prop.totalGlobalMem >> 20);
+  }
   std::printf("opserve-bench on %s, %s\n  %s\n", rep.device.c_str(), rep.date.c_str(),
               rep.command.c_str());
 
