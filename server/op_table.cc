@@ -133,9 +133,13 @@ const std::vector<AlgoSpec>& AlgorithmTable() {
 // its counter memset and extra launch work cost ~2-3 us, which 3.3% of the streaming time repays
 // from ~70 us, about 2^26 elements. 2^27 leaves a margin; the sizes between were not measured.
 // INT32 hands over from one_pass_atomic to vectorized at kSumAtomicMaxInt32: at 2^30
-// one_pass_atomic streamed 2.6% slower than vectorized, so it is kept to the sizes measured.
+// one_pass_atomic streamed 2.6% slower than vectorized. At 2^24 the two are within noise of each
+// other, and vectorized is the steadier one: 28.8-29.0 us in four H100 runs against 28.0-29.2 for
+// one_pass_atomic's own row and 29.4-29.9 each time it ran as auto's choice (once 0.947 of the
+// fastest, under the 5% target; cause not found). So one_pass_atomic keeps the small sizes, up to
+// 2^22; the sizes between 2^20 and 2^24 were not measured.
 constexpr int64_t kSumChunkedMin = int64_t{1} << 27;
-constexpr int64_t kSumAtomicMaxInt32 = int64_t{1} << 25;
+constexpr int64_t kSumAtomicMaxInt32 = int64_t{1} << 22;
 absl::string_view ChooseSum(std::span<const TensorMeta> in, const Backend& backend) {
   const int64_t n = in[0].NumElements();
   if (n >= kSumChunkedMin) return "chunked";
