@@ -1,7 +1,8 @@
 // transpose, TMA (sm_90): a warp-specialised kernel, run either as a persistent pipeline
 // (several stages per CTA, a grid of one wave; the bf16 default) or, the 4-byte default since
-// 2026-11-23, as one single-stage CTA per tile with a grid of every tile (one_tile_per_cta:
-// 0.943-0.945x of the copy on the H100 against 0.917-0.927x persistent; NOTES_transpose.md).
+// 2026-11-23, as one single-stage CTA per tile with a grid of every tile, tiles walked
+// column-major (one_tile_per_cta: 0.955-0.961x of the copy on the H100 against 0.917-0.927x
+// persistent; NOTES_transpose.md).
 // The description below is of the persistent form; the one-tile form runs the same producer and
 // consumers over exactly one tile.
 //
