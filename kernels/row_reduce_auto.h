@@ -12,7 +12,8 @@
 //     warp per row at the same 1024; doing it without one block launch per row is what makes
 //     1M x 64 run at memory speed.
 //   - many rows of >= 1024 floats: block_per_row (128 threads a row, 8 16-byte loads in flight
-//     per thread: a 4096-float row in one round trip).
+//     per thread: a 4096-float row in one round trip; 512 threads from 8192 floats, see the
+//     second revision below).
 //   naive is never chosen: it is the slow baseline.
 //
 // Revised after opserve-bench (H200, 2026-11-22): many rows of 2048..8192 floats -> cub_segmented.
@@ -26,7 +27,8 @@
 //
 // Revised again (H100, 2026-11-23): many rows of >= 8192 floats -> block_per_row, whose launcher
 // now gives such rows 512-thread blocks: a 32 KiB row is one round of 4 loads a thread. 8192^2 in
-// a read-pattern diagnostic: 88.2 us against CUB's 89.2-89.5 (PERFORMANCE.md).
+// a read-pattern diagnostic: 88.2 us against CUB's 89.2-89.5; in opserve-bench 87.8-88.2 against
+// 88.7-88.9 (PERFORMANCE.md).
 #pragma once
 
 #include "kernels/common.h"

@@ -69,11 +69,12 @@ constexpr int kSmemAlign = 1024;  // the 128-byte swizzle pattern repeats every 
 // 64x128 bf16). kStages tiles are in flight per CTA.
 // kStagesT = 1: one tile per CTA (TransposeTmaTuning::one_tile_per_cta), the grid as many CTAs
 // as tiles; the single stage is filled once, so several CTAs fit an SM.
-// kStreamStoreT: output stores carry the evict-first hint (st.global.cs), for one-tile configs.
+// kStreamStoreT: the 16-byte output stores carry the evict-first hint (st.global.cs); element
+// stores (rows * 4 % 16 != 0) do not. One-tile fp32 configs only.
 template <int kRowsT, int kBoxesT, int kStagesT = 0, int kMinCtasT = 1, bool kStreamStoreT = false>
 struct TileConfig {
-  static constexpr int kMinCtas = kMinCtasT;
-  static constexpr bool kStreamStore = kStreamStoreT;  // __launch_bounds__'s minimum CTAs per SM
+  static constexpr int kMinCtas = kMinCtasT;  // __launch_bounds__'s minimum CTAs per SM
+  static constexpr bool kStreamStore = kStreamStoreT;
   static constexpr int kRows = kRowsT;
   static constexpr int kBoxes = kBoxesT;
   static constexpr int kBoxBytes = kRows * kSwizzleBytes;

@@ -8,8 +8,10 @@
 namespace opserve::kernels {
 
 struct TransposeTmaTuning {
-  // FLOAT32/INT32 tile: tile_rows x (boxes * 32) elements, each box 128 bytes wide. Supported:
-  // (64, 2), (64, 4), (128, 2), (128, 4). BFLOAT16 always runs 64 x (2 * 64).
+  // FLOAT32/INT32 tile: tile_rows x (boxes * 32) elements, each box 128 bytes wide. Supported
+  // by the persistent form: (64, 2), (64, 4), (128, 2), (128, 4); one tile per CTA: see below.
+  // BFLOAT16 always runs 64 x (2 * 64), persistent, and ignores the other knobs but the group,
+  // the promotion and max_ctas_per_sm.
   int tile_rows = 64;
   int boxes = 2;
   // Tiles are handed out walking down groups of this many tile rows; 0 (or less), or more than
@@ -17,15 +19,17 @@ struct TransposeTmaTuning {
   int group_tile_rows = 32;
   // L2 promotion of the input's TMA loads: 256 bytes instead of 128.
   bool l2_promote_256 = false;
-  // Resident CTAs per SM (capped by what fits). Ignored with one_tile_per_cta.
+  // Resident CTAs per SM (capped by what fits). With one_tile_per_cta, >= 4 selects the builds
+  // whose registers are capped for 4 CTAs per SM, (64, 2) and (32, 4), where they exist.
   int max_ctas_per_sm = 2;
   // FLOAT32/INT32 only: a CTA per tile with a single stage, the grid as large as the tile count
   // (blocks dispatched in tile order, as sum/chunked reads), instead of a persistent grid that
   // pipelines tiles through several stages. Supported tiles: (32, 2), (32, 4), (64, 2), (64, 4),
   // (128, 2), (128, 4), (256, 2).
   bool one_tile_per_cta = false;
-  // One tile per CTA only, tiles (64, 2), (128, 2), (256, 2): output stores with the evict-first
-  // cache hint (st.global.cs).
+  // One tile per CTA only, tiles (64, 2), (128, 2), (256, 2), FLOAT32/INT32: the 16-byte output
+  // stores carry the evict-first cache hint (st.global.cs); element stores (rows * 4 % 16 != 0)
+  // do not. Another tile with this set is cudaErrorInvalidValue.
   bool stream_store = false;
 };
 

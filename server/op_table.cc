@@ -123,8 +123,7 @@ const std::vector<AlgoSpec>& AlgorithmTable() {
 #if OPSERVE_WITH_CUDA
 // sum: below kSumAtomicMaxInt32 elements, INT32 takes one_pass_atomic: its int64 atomics are exact,
 // so the order they land in cannot change the result (deterministic in effect), and it was the
-// fastest at 2^20 (6.8 vs 8.6 us for vectorized, H200, 2026-11-22) and 2^24 (28.0 vs 28.8 us,
-// H100, 2026-11-23). FLOAT32 takes vectorized, the fastest deterministic sum there (7.5-7.9 us at
+// fastest at 2^20 (6.8 vs 8.6 us for vectorized, H200, 2026-11-22). FLOAT32 takes vectorized, the fastest deterministic sum there (7.5-7.9 us at
 // 2^20); one_pass_atomic is a little faster, but its float result depends on the order of its
 // atomics.
 // From kSumChunkedMin elements both dtypes take chunked (opserve-bench, H100, 2026-11-23): at
@@ -136,7 +135,7 @@ const std::vector<AlgoSpec>& AlgorithmTable() {
 // one_pass_atomic streamed 2.6% slower than vectorized. At 2^24 the two are within noise of each
 // other, and vectorized is the steadier one: 28.8-29.0 us in four H100 runs against 28.0-29.2 for
 // one_pass_atomic's own row and 29.4-29.9 each time it ran as auto's choice (once 0.947 of the
-// fastest, under the 5% target; cause not found). So one_pass_atomic keeps the small sizes, up to
+// fastest, under the 5% target; cause not found). So one_pass_atomic keeps the small sizes, below
 // 2^22; the sizes between 2^20 and 2^24 were not measured.
 constexpr int64_t kSumChunkedMin = int64_t{1} << 27;
 constexpr int64_t kSumAtomicMaxInt32 = int64_t{1} << 22;

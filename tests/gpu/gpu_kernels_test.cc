@@ -53,9 +53,9 @@ std::vector<Shape> ShapesFor(absl::string_view op) {
     return {{{{1, 1}}},    {{{1, 37}}},     {{{37, 1}}},    {{{31, 33}}},    {{{33, 31}}},
             {{{64, 64}}},  {{{65, 129}}},   {{{128, 96}}},  {{{1000, 1001}}}, {{{3000, 7}}},
             {{{4096, 4100}}}, {{{2048, 4096}}},
-            // TMA input with element stores (rows * 4 % 16 != 0) and a partial last tile in
-            // both directions, walked column-major.
-            {{{1001, 1028}}}};
+            // TMA input walked column-major with a partial last tile in both directions: with
+            // element stores (rows * 4 % 16 != 0), and with 16-byte stores.
+            {{{1001, 1028}}}, {{{1000, 1028}}}};
   }
   if (op == "matmul") {
     return {{{{1, 1}, {1, 1}}},       {{{1, 17}, {17, 1}}},       {{{17, 1}, {1, 33}}},
