@@ -28,13 +28,13 @@
 namespace opserve::kernels {
 namespace {
 
+using sum_internal::kLanes;
 using sum_internal::SumAccumT;
 using sum_internal::SumLanes;
 using sum_internal::Vec16T;
 
 constexpr int kThreads = 256;
 constexpr int kUnroll = 4;  // 256 threads x 4 x 16 B = one 16 KiB chunk per block
-constexpr int kVecBytes = 16;
 constexpr int64_t kChunkVecs = int64_t{kThreads} * kUnroll;
 constexpr int kGroup = 1024;                             // blocks per first-level group
 constexpr int64_t kMaxGrid = int64_t{kGroup} * kGroup;  // the second level is one group too
@@ -74,9 +74,8 @@ __global__ void __launch_bounds__(kThreads)
                        SumAccumT<T>* __restrict__ out) {
   using Acc = SumAccumT<T>;
   using V = Vec16T<T>;
-  constexpr int kL = kVecBytes / static_cast<int>(sizeof(T));
   const V* __restrict__ vin = reinterpret_cast<const V*>(in + head);
-  const int64_t n_vec = (n - head) / kL;
+  const int64_t n_vec = (n - head) / kLanes<T>;
   const int64_t chunks = (n_vec + kChunkVecs - 1) / kChunkVecs;
 
   Acc acc = Acc(0);
@@ -99,16 +98,7 @@ __global__ void __launch_bounds__(kThreads)
     acc += (s[0] + s[1]) + (s[2] + s[3]);
   }
   static_assert(kUnroll == 4, "the pairwise combine above is written for 4");
-  if (blockIdx.x == 0) {  // the scalar head and tail: at most kL - 1 each
-    const int64_t tail_begin = head + n_vec * kL;
-    const int tail = static_cast<int>(n - tail_begin);
-    const int t = threadIdx.x;
-    if (t < head) {
-      acc += static_cast<Acc>(__ldg(in + t));
-    } else if (t < head + tail) {
-      acc += static_cast<Acc>(__ldg(in + tail_begin + (t - head)));
-    }
-  }
+  acc += sum_internal::HeadTailTerm(in, n, head, n_vec);
   acc = sum_internal::BlockReduceSum<kThreads>(acc);
   if (gridDim.x == 1) {
     if (threadIdx.x == 0) *out = acc;
@@ -134,13 +124,10 @@ template <typename T>
 cudaError_t SumChunkedImpl(void* d_temp, size_t* temp_bytes, const T* d_in, SumAccumT<T>* d_out,
                            int64_t n, cudaStream_t stream) {
   using Acc = SumAccumT<T>;
-  constexpr int kL = kVecBytes / static_cast<int>(sizeof(T));
   if (temp_bytes == nullptr || n < 0) return cudaErrorInvalidValue;
-  const uintptr_t misalign = reinterpret_cast<uintptr_t>(d_in) % kVecBytes;
-  if (misalign % sizeof(T) != 0) return cudaErrorInvalidValue;  // not even element-aligned
-  const int64_t head_wanted = misalign == 0 ? 0 : (kVecBytes - misalign) / sizeof(T);
-  const int head = static_cast<int>(head_wanted < n ? head_wanted : n);
-  const int64_t chunks = CeilDiv<int64_t>((n - head) / kL, kChunkVecs);
+  int head = 0;
+  if (cudaError_t err = sum_internal::VectorHead(d_in, n, &head); err != cudaSuccess) return err;
+  const int64_t chunks = CeilDiv<int64_t>((n - head) / kLanes<T>, kChunkVecs);
   const int64_t grid64 = chunks < 1 ? 1 : (chunks < kMaxGrid ? chunks : kMaxGrid);
   const unsigned int grid = static_cast<unsigned int>(grid64);
   const unsigned int groups = static_cast<unsigned int>(CeilDiv<int64_t>(grid64, kGroup));

@@ -66,7 +66,10 @@ inline int FirstPassGrid(int64_t items, int64_t items_per_block, int sm_count, i
 }
 
 // 16-byte vectors of the input types, for the float4 / int4 loads of sum/vectorized and
-// sum/chunked.
+// sum/chunked: kLanes elements each, from the first 16-byte boundary of the input on.
+inline constexpr int kVecBytes = 16;
+template <typename T>
+inline constexpr int kLanes = kVecBytes / static_cast<int>(sizeof(T));
 template <typename T>
 struct Vec16;
 template <>
@@ -80,6 +83,32 @@ struct Vec16<int32_t> {
 template <typename T>
 using Vec16T = typename Vec16<T>::type;
 static_assert(sizeof(float4) == 16 && sizeof(int4) == 16);
+
+// Into *head: how many scalars of d_in precede its first 16-byte boundary (at most n).
+// cudaErrorInvalidValue when d_in is not even aligned to its element.
+template <typename T>
+inline cudaError_t VectorHead(const T* d_in, int64_t n, int* head) {
+  const uintptr_t misalign = reinterpret_cast<uintptr_t>(d_in) % kVecBytes;
+  if (misalign % sizeof(T) != 0) return cudaErrorInvalidValue;
+  const int64_t wanted = misalign == 0 ? 0 : (kVecBytes - misalign) / sizeof(T);
+  *head = static_cast<int>(wanted < n ? wanted : n);
+  return cudaSuccess;
+}
+
+// Block 0's share of the scalars around the vectors: `head` before them and the tail after the
+// n_vec vectors (at most kLanes - 1 each), one per thread; 0 in every other thread and block.
+template <typename T>
+__device__ __forceinline__ SumAccumT<T> HeadTailTerm(const T* __restrict__ in, int64_t n, int head,
+                                                     int64_t n_vec) {
+  static_assert(2 * kLanes<float> <= 32, "one warp covers head and tail");
+  if (blockIdx.x != 0) return SumAccumT<T>(0);
+  const int64_t tail_begin = head + n_vec * kLanes<T>;
+  const int tail = static_cast<int>(n - tail_begin);
+  const int t = threadIdx.x;
+  if (t < head) return static_cast<SumAccumT<T>>(__ldg(in + t));
+  if (t < head + tail) return static_cast<SumAccumT<T>>(__ldg(in + tail_begin + (t - head)));
+  return SumAccumT<T>(0);
+}
 
 // The four lanes of a 16-byte vector, added in the accumulator type in a fixed order.
 template <typename Acc, typename V>

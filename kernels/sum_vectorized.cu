@@ -42,6 +42,7 @@
 namespace opserve::kernels {
 namespace {
 
+using sum_internal::kLanes;
 using sum_internal::SumAccumT;
 using sum_internal::SumLanes;
 using sum_internal::Vec16T;
@@ -52,14 +53,10 @@ constexpr int kThreads = 256;
 // (64 per thread) holds the 32 registers of vector data without spilling.
 constexpr int kBlocksPerSm = 4;
 constexpr int kUnroll = 8;
-constexpr int kVecBytes = 16;
 static_assert(kThreads % 32 == 0, "whole warps");
 static_assert(kThreads * kBlocksPerSm <= 2048, "one wave must fit the SM's thread slots");
 static_assert(kUnroll >= 1 && (kUnroll & (kUnroll - 1)) == 0, "pairwise combine needs 2^k");
 
-template <typename T>
-inline constexpr int kLanes = kVecBytes / static_cast<int>(sizeof(T));
-static_assert(sizeof(float4) == kVecBytes && sizeof(int4) == kVecBytes);
 
 // Pairwise sum of s[0..kUnroll) (fixed shape).
 template <typename Acc>
@@ -111,17 +108,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     }
     acc += TreeSum(s);
   }
-  if (blockIdx.x == 0) {  // The scalar head and tail: at most kL - 1 each.
-    const int64_t tail_begin = head + n_vec * kL;
-    const int tail = static_cast<int>(n - tail_begin);
-    const int t = threadIdx.x;
-    static_assert(2 * (kVecBytes / sizeof(float)) <= kThreads, "block 0 covers head and tail");
-    if (t < head) {
-      acc += static_cast<Acc>(__ldg(in + t));
-    } else if (t < head + tail) {
-      acc += static_cast<Acc>(__ldg(in + tail_begin + (t - head)));
-    }
-  }
+  acc += sum_internal::HeadTailTerm(in, n, head, n_vec);
   acc = sum_internal::BlockReduceSum<kThreads>(acc);
   if (gridDim.x == 1) {
     if (threadIdx.x == 0) *out = acc;
@@ -199,14 +186,13 @@ cudaError_t SumVectorizedImpl(void* d_temp, size_t* temp_bytes, const T* d_in,
   using Acc = SumAccumT<T>;
   constexpr int kL = kLanes<T>;
   if (temp_bytes == nullptr || n < 0) return cudaErrorInvalidValue;
-  const uintptr_t misalign = reinterpret_cast<uintptr_t>(d_in) % kVecBytes;
-  if (misalign % sizeof(T) != 0) return cudaErrorInvalidValue;  // not even element-aligned
-  const int64_t head_wanted = misalign == 0 ? 0 : (kVecBytes - misalign) / sizeof(T);
-  const int head = static_cast<int>(head_wanted < n ? head_wanted : n);
+  int head = 0;
+  cudaError_t err = sum_internal::VectorHead(d_in, n, &head);
+  if (err != cudaSuccess) return err;
   const int64_t n_vec = (n - head) / kL;
 
   int sm_count = 0;
-  cudaError_t err = sum_internal::CurrentDeviceSmCount(&sm_count);
+  err = sum_internal::CurrentDeviceSmCount(&sm_count);
   if (err != cudaSuccess) return err;
   const int grid =
       sum_internal::FirstPassGrid(n_vec, int64_t{kThreads} * kUnroll, sm_count, kBlocksPerSm);

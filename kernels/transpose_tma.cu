@@ -69,12 +69,9 @@ constexpr int kSmemAlign = 1024;  // the 128-byte swizzle pattern repeats every 
 // 64x128 bf16). kStages tiles are in flight per CTA.
 // kStagesT = 1: one tile per CTA (TransposeTmaTuning::one_tile_per_cta), the grid as many CTAs
 // as tiles; the single stage is filled once, so several CTAs fit an SM.
-// kStreamStoreT: the 16-byte output stores carry the evict-first hint (st.global.cs); element
-// stores (rows * 4 % 16 != 0) do not. One-tile fp32 configs only.
-template <int kRowsT, int kBoxesT, int kStagesT = 0, int kMinCtasT = 1, bool kStreamStoreT = false>
+template <int kRowsT, int kBoxesT, int kStagesT = 0, int kMinCtasT = 1>
 struct TileConfig {
   static constexpr int kMinCtas = kMinCtasT;  // __launch_bounds__'s minimum CTAs per SM
-  static constexpr bool kStreamStore = kStreamStoreT;
   static constexpr int kRows = kRowsT;
   static constexpr int kBoxes = kBoxesT;
   static constexpr int kBoxBytes = kRows * kSwizzleBytes;
@@ -103,10 +100,6 @@ using Tile32x4Single4 = TileConfig<32, 4, 1, 4>;
 // Taller tiles: each output row gets 512 / 1024 contiguous bytes per CTA instead of 256.
 using Tile128x2Single = TileConfig<128, 2, 1>;
 using Tile256x2Single = TileConfig<256, 2, 1>;
-// Evict-first output stores.
-using Tile64x2SingleCs = TileConfig<64, 2, 1, 1, true>;
-using Tile128x2SingleCs = TileConfig<128, 2, 1, 1, true>;
-using Tile256x2SingleCs = TileConfig<256, 2, 1, 1, true>;
 
 // What TransposeTma runs. 4-byte elements: the sweep's best setting at the target shapes
 // (opserve-bench --transpose-sweep, H200, 2026-11-22: 128 x 4 tiles, group 64, 256-byte L2
@@ -219,18 +212,11 @@ __device__ __forceinline__ void TmaLoad2d(void* dst, const CUtensorMap* map, int
 
 // One 16-byte global store. Written out because nvcc 13.0 split some `*(uint4*)p = ...` stores of
 // this file into four 4-byte stores (seen in the PTX), which quadruples the store instructions.
-// kStreaming: the evict-first hint (.cs), the line is unlikely to be touched again.
-template <bool kStreaming = false>
+// (An evict-first variant, st.global.cs, was measured on 2026-11-23: equal or 0.1-0.3% slower at
+// the target shapes; removed. NOTES_transpose.md.)
 __device__ __forceinline__ void StoreGlobal16(void* p, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
-  if constexpr (kStreaming) {
-    asm volatile("st.global.cs.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(a), "r"(b), "r"(c),
-                 "r"(d)
-                 : "memory");
-  } else {
-    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(a), "r"(b), "r"(c),
-                 "r"(d)
-                 : "memory");
-  }
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(a), "r"(b), "r"(c), "r"(d)
+               : "memory");
 }
 
 // Byte offset of 16-byte chunk `chunk` of box row `row` under the 128-byte swizzle: the chunk index
@@ -318,8 +304,7 @@ __device__ __forceinline__ void ConsumeTile(const uint8_t* stage, uint64_t* empt
         if constexpr (kVectorStore) {
           // rows % 4 == 0 on this path, so a vector is wholly inside or wholly outside the row.
           if (out_c < rows) {
-            StoreGlobal16<Config::kStreamStore>(dst, v[j][0][k], v[j][1][k], v[j][2][k],
-                                                v[j][3][k]);
+            StoreGlobal16(dst, v[j][0][k], v[j][1][k], v[j][2][k], v[j][3][k]);
           }
         } else {
 #pragma unroll
@@ -551,30 +536,24 @@ cudaError_t LaunchTma(const TransposeTmaTuning& tuning, const void* d_in, void* 
 using LaunchFn = cudaError_t (*)(const TransposeTmaTuning&, const void*, void*, int64_t, int64_t,
                                  int, PFN_cuTensorMapEncodeTiled_v12000, cudaStream_t, bool*);
 
-// Every fp32 build: (tile rows, boxes, one tile per CTA, registers capped for 4 CTAs per SM,
-// evict-first stores). A new tile is one `using` above plus one row here.
+// Every fp32 build, described by its config: a new tile is one `using` above plus one entry here.
 struct Fp32Build {
   int tile_rows, boxes;
-  bool one_tile, regs4, stream_store;
+  bool one_tile;  // a single stage, a CTA per tile
+  bool regs4;     // registers capped for 4 CTAs per SM
   LaunchFn launch;
 };
+template <typename Config>
+constexpr Fp32Build BuildOf() {
+  return {Config::kRows, Config::kBoxes, Config::kStages == 1, Config::kMinCtas >= 4,
+          &LaunchTma<uint32_t, Config>};
+}
 constexpr Fp32Build kFp32Builds[] = {
-    {64, 2, false, false, false, &LaunchTma<uint32_t, Tile64x2>},
-    {64, 4, false, false, false, &LaunchTma<uint32_t, Tile64x4>},
-    {128, 2, false, false, false, &LaunchTma<uint32_t, Tile128x2>},
-    {128, 4, false, false, false, &LaunchTma<uint32_t, Tile128x4>},
-    {32, 2, true, false, false, &LaunchTma<uint32_t, Tile32x2Single>},
-    {32, 4, true, false, false, &LaunchTma<uint32_t, Tile32x4Single>},
-    {64, 2, true, false, false, &LaunchTma<uint32_t, Tile64x2Single>},
-    {64, 4, true, false, false, &LaunchTma<uint32_t, Tile64x4Single>},
-    {128, 2, true, false, false, &LaunchTma<uint32_t, Tile128x2Single>},
-    {128, 4, true, false, false, &LaunchTma<uint32_t, Tile128x4Single>},
-    {256, 2, true, false, false, &LaunchTma<uint32_t, Tile256x2Single>},
-    {64, 2, true, true, false, &LaunchTma<uint32_t, Tile64x2Single4>},
-    {32, 4, true, true, false, &LaunchTma<uint32_t, Tile32x4Single4>},
-    {64, 2, true, false, true, &LaunchTma<uint32_t, Tile64x2SingleCs>},
-    {128, 2, true, false, true, &LaunchTma<uint32_t, Tile128x2SingleCs>},
-    {256, 2, true, false, true, &LaunchTma<uint32_t, Tile256x2SingleCs>},
+    BuildOf<Tile64x2>(),        BuildOf<Tile64x4>(),         BuildOf<Tile128x2>(),
+    BuildOf<Tile128x4>(),       BuildOf<Tile32x2Single>(),   BuildOf<Tile32x4Single>(),
+    BuildOf<Tile64x2Single>(),  BuildOf<Tile64x4Single>(),   BuildOf<Tile128x2Single>(),
+    BuildOf<Tile128x4Single>(), BuildOf<Tile256x2Single>(),  BuildOf<Tile64x2Single4>(),
+    BuildOf<Tile32x4Single4>(),
 };
 
 // The fp32 build the tuning names; cudaErrorInvalidValue when there is none. One-tile tunings with
@@ -584,8 +563,7 @@ cudaError_t LaunchTmaFp32(const TransposeTmaTuning& t, const void* d_in, void* d
                           cudaStream_t stream, bool* launched) {
   const Fp32Build* found = nullptr;
   for (const Fp32Build& b : kFp32Builds) {
-    if (b.tile_rows != t.tile_rows || b.boxes != t.boxes || b.one_tile != t.one_tile_per_cta ||
-        b.stream_store != t.stream_store) {
+    if (b.tile_rows != t.tile_rows || b.boxes != t.boxes || b.one_tile != t.one_tile_per_cta) {
       continue;
     }
     if (b.regs4 == (t.one_tile_per_cta && t.max_ctas_per_sm >= 4)) {

@@ -27,10 +27,6 @@ struct TransposeTmaTuning {
   // pipelines tiles through several stages. Supported tiles: (32, 2), (32, 4), (64, 2), (64, 4),
   // (128, 2), (128, 4), (256, 2).
   bool one_tile_per_cta = false;
-  // One tile per CTA only, tiles (64, 2), (128, 2), (256, 2), FLOAT32/INT32: the 16-byte output
-  // stores carry the evict-first cache hint (st.global.cs); element stores (rows * 4 % 16 != 0)
-  // do not. Another tile with this set is cudaErrorInvalidValue.
-  bool stream_store = false;
 };
 
 // What TransposeTma runs for this element width (4: FLOAT32/INT32, 2: BFLOAT16).

@@ -123,9 +123,9 @@ const std::vector<AlgoSpec>& AlgorithmTable() {
 #if OPSERVE_WITH_CUDA
 // sum: below kSumAtomicMaxInt32 elements, INT32 takes one_pass_atomic: its int64 atomics are exact,
 // so the order they land in cannot change the result (deterministic in effect), and it was the
-// fastest at 2^20 (6.8 vs 8.6 us for vectorized, H200, 2026-11-22). FLOAT32 takes vectorized, the fastest deterministic sum there (7.5-7.9 us at
-// 2^20); one_pass_atomic is a little faster, but its float result depends on the order of its
-// atomics.
+// fastest at 2^20 (6.8 vs 8.6 us for vectorized, H200, 2026-11-22). FLOAT32 takes vectorized,
+// the fastest deterministic sum there (7.5-7.9 us at 2^20); one_pass_atomic is a little faster,
+// but its float result depends on the order of its atomics.
 // From kSumChunkedMin elements both dtypes take chunked (opserve-bench, H100, 2026-11-23): at
 // 2^30 it ran 1344-1347 us against vectorized's 1389-1391 (3.3% faster), but at 2^24 it was 8%
 // slower (30.0 vs 27.7 us FLOAT32, 31.3 vs 28.9 INT32) and at 2^20 too (8.2-8.7 vs 7.5-7.9 us):

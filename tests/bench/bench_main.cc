@@ -188,43 +188,49 @@ Stats StatsOf(std::vector<double> us) {
   return st;
 }
 
-// Times `run(set)` per the method above. `run` returns false on failure (already reported).
+// n runs of `run(set)`, each behind a spin and between two events, then one synchronize and
+// `after`; each run's time in microseconds, or nothing if a run failed (already reported).
+std::vector<double> Batch(cudaStream_t s, Sets& sets, int n, const std::function<bool(int)>& run,
+                          const std::function<void()>& after) {
+  std::vector<cudaEvent_t> ev(2 * n);
+  for (cudaEvent_t& e : ev) Check(cudaEventCreate(&e), "cudaEventCreate");
+  bool ok = true;
+  for (int i = 0; i < n && ok; ++i) {
+    Check(Spin(kSpinNs, s), "spin");
+    Check(cudaEventRecord(ev[2 * i], s), "event");
+    ok = run(sets.Next());
+    Check(cudaEventRecord(ev[2 * i + 1], s), "event");
+  }
+  Check(cudaStreamSynchronize(s), "timed runs");
+  if (after) after();
+  std::vector<double> us;
+  for (int i = 0; i < n && ok; ++i) {
+    float ms = 0;
+    Check(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]), "cudaEventElapsedTime");
+    us.push_back(ms * 1e3);
+  }
+  for (cudaEvent_t& e : ev) cudaEventDestroy(e);
+  return us;
+}
+
+// The warm-up: module loading, handle creation, the pool's first allocations. One run, and
+// kWarmups - 1 more unless it was slower than kSlowRunMs. Returns the last warm-up's time in
+// milliseconds (it decides how many timed runs fit), or -1 on failure.
+double WarmUp(cudaStream_t s, Sets& sets, const std::function<bool(int)>& run,
+              const std::function<void()>& after) {
+  std::vector<double> w = Batch(s, sets, 1, run, after);
+  if (!w.empty() && w[0] < kSlowRunMs * 1e3) w = Batch(s, sets, kWarmups - 1, run, after);
+  return w.empty() ? -1.0 : w.back() * 1e-3;
+}
+
+// Times `run(set)` per the method above: the warm-up, then max_reps timed runs, or kMinReps
+// when a run takes kSlowRunMs or more.
 Stats TimeRuns(cudaStream_t s, Sets& sets, int max_reps, const std::function<bool(int)>& run,
                const std::function<void()>& after_batch) {
-  auto batch = [&](int n) {
-    std::vector<cudaEvent_t> ev(2 * n);
-    for (cudaEvent_t& e : ev) Check(cudaEventCreate(&e), "cudaEventCreate");
-    bool ok = true;
-    for (int i = 0; i < n && ok; ++i) {
-      Check(Spin(kSpinNs, s), "spin");
-      Check(cudaEventRecord(ev[2 * i], s), "event");
-      ok = run(sets.Next());
-      Check(cudaEventRecord(ev[2 * i + 1], s), "event");
-    }
-    Check(cudaStreamSynchronize(s), "timed runs");
-    after_batch();
-    std::vector<double> us;
-    for (int i = 0; i < n && ok; ++i) {
-      float ms = 0;
-      Check(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]), "cudaEventElapsedTime");
-      us.push_back(ms * 1e3);
-    }
-    for (cudaEvent_t& e : ev) cudaEventDestroy(e);
-    return us;
-  };
-  // Warm-up: module loading, handle creation, the pool's first allocations. The second warm-up's
-  // time decides how many timed runs fit.
-  std::vector<double> w = batch(1);
-  if (w.empty()) return {};
-  int reps = max_reps;
-  if (w[0] < kSlowRunMs * 1e3) {
-    w = batch(kWarmups - 1);
-    if (w.empty()) return {};
-    if (w.back() > kSlowRunMs * 1e3) reps = kMinReps;
-  } else {
-    reps = kMinReps;
-  }
-  std::vector<double> us = batch(reps);
+  const double ms = WarmUp(s, sets, run, after_batch);
+  if (ms < 0) return {};
+  const int reps = ms < kSlowRunMs ? max_reps : kMinReps;
+  std::vector<double> us = Batch(s, sets, reps, run, after_batch);
   if (static_cast<int>(us.size()) != reps) return {};
   return StatsOf(std::move(us));
 }
@@ -237,39 +243,19 @@ struct Timed {
 };
 
 // Times a group of entries the way TimeRuns times one, but interleaved: after each entry's
-// warm-ups, `max_reps` rounds run every entry once, in an order rotated each round, so a clock
+// warm-up, `max_reps` rounds run every entry once, in an order rotated each round, so a clock
 // that drifts over the group (sustained tensor-core GEMMs lower it; PERFORMANCE.md) reaches every
-// entry alike. Entries slower than kSlowRunMs are timed on their own first (kMinReps, blocked):
+// entry alike. Entries of kSlowRunMs or more are timed on their own (kMinReps, blocked):
 // interleaving a 2 s teaching kernel would only stretch the group.
 void TimeGroup(cudaStream_t s, Sets& sets, int max_reps, std::vector<Timed>& entries) {
   std::vector<size_t> fast;
   for (size_t i = 0; i < entries.size(); ++i) {
     Timed& e = entries[i];
-    auto one = [&](int n) {  // n warm-ups, the last one timed
-      cudaEvent_t a, b;
-      Check(cudaEventCreate(&a), "cudaEventCreate");
-      Check(cudaEventCreate(&b), "cudaEventCreate");
-      bool ok = true;
-      for (int k = 0; k < n && ok; ++k) {
-        Check(Spin(kSpinNs, s), "spin");
-        Check(cudaEventRecord(a, s), "event");
-        ok = e.run(sets.Next());
-        Check(cudaEventRecord(b, s), "event");
-      }
-      Check(cudaStreamSynchronize(s), "warm-up");
-      if (e.after) e.after();
-      float ms = -1;
-      if (ok) Check(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
-      cudaEventDestroy(a);
-      cudaEventDestroy(b);
-      return ok ? ms : -1.0f;
-    };
-    float ms = one(1);
+    const double ms = WarmUp(s, sets, e.run, e.after);
     if (ms < 0) continue;  // failed: reported by run, left at reps 0
-    if (ms < kSlowRunMs) ms = one(kWarmups - 1);
-    if (ms < 0) continue;
     if (ms >= kSlowRunMs) {
-      e.st = TimeRuns(s, sets, kMinReps, e.run, e.after ? e.after : [] {});
+      std::vector<double> us = Batch(s, sets, kMinReps, e.run, e.after);
+      if (static_cast<int>(us.size()) == kMinReps) e.st = StatsOf(std::move(us));
     } else {
       fast.push_back(i);
     }
@@ -695,13 +681,12 @@ class Bench {
       return absl::StrFormat("tile%dx%d_g%s_l2%s_%s", t.tile_rows, t.boxes,
                              t.group_tile_rows <= 0 ? "col" : absl::StrCat(t.group_tile_rows),
                              t.l2_promote_256 ? "256" : "128",
-                             t.one_tile_per_cta ? absl::StrCat("one", t.max_ctas_per_sm >= 4 ? "_r4" : "",
-                                                               t.stream_store ? "_cs" : "")
+                             t.one_tile_per_cta ? absl::StrCat("one", t.max_ctas_per_sm >= 4 ? "_r4" : "")
                                                 : absl::StrCat("cta", t.max_ctas_per_sm));
     };
-    if (opt_.sweep_one_tile) {
-      tunings.push_back(kernels::TransposeTmaDefaultTuning(4));
-    } else {
+    const std::string default_name = name(kernels::TransposeTmaDefaultTuning(4));
+    tunings.push_back(kernels::TransposeTmaDefaultTuning(4));
+    if (!opt_.sweep_one_tile) {  // the persistent settings
       for (const Tile& t : tiles) {
         for (int g : groups) {
           for (bool promo : {false, true}) {
@@ -713,27 +698,21 @@ class Bench {
     // One tile per CTA (a grid of every tile, dispatched in tile order): tile order matters more
     // here, so row-major (group 1) and narrow groups are in.
     // max_ctas_per_sm 4 here selects register-capped builds (64x2, 32x4) where they exist.
-    // stream_store (evict-first output stores) is built for the x2 tiles of 64-256 rows.
     const std::vector<std::pair<int, int>> one_tile_shapes = {{64, 2},  {64, 4}, {128, 4}, {32, 2},
                                                               {32, 4},  {128, 2}, {256, 2}};
-    auto has_cs = [](int rows_t, int boxes_t) { return boxes_t == 2 && rows_t >= 64; };
-    // Tall x2 tiles also walk column-major-ish (groups up to the whole tile column), which
-    // makes their 512-1024-byte output pieces land in address order.
+    // The x2 tiles of 64-256 rows also walk in long column groups, up to the whole tile column
+    // (group 0, the default's order), which puts their output pieces in address order.
+    auto tall = [](int rows_t, int boxes_t) { return boxes_t == 2 && rows_t >= 64; };
     for (const auto& [rows_t, boxes_t] : one_tile_shapes) {
       std::vector<int> groups_t = {1, 2, 4, 16, 64};
-      if (has_cs(rows_t, boxes_t)) groups_t.insert(groups_t.end(), {32, 128, 256, 0});
+      if (tall(rows_t, boxes_t)) groups_t.insert(groups_t.end(), {32, 128, 256, 0});
       for (int g : groups_t) {
         for (bool promo : {false, true}) {
           for (int c : {1, 4}) {
             if (c == 4 && !((rows_t == 64 && boxes_t == 2) || (rows_t == 32 && boxes_t == 4))) continue;
-            for (bool cs : {false, true}) {
-              if (cs && (c == 4 || !has_cs(rows_t, boxes_t))) continue;
-              kernels::TransposeTmaTuning tu{rows_t, boxes_t, g, promo, c};
-              tu.one_tile_per_cta = true;
-              tu.stream_store = cs;
-              if (name(tu) == name(tunings.front())) continue;  // the default, already first
-              tunings.push_back(tu);
-            }
+            kernels::TransposeTmaTuning tu{rows_t, boxes_t, g, promo, c};
+            tu.one_tile_per_cta = true;
+            if (name(tu) != default_name) tunings.push_back(tu);  // the default is already in
           }
         }
       }
@@ -751,12 +730,6 @@ class Bench {
       for (int c : {1, 4}) {
         kernels::TransposeTmaTuning tu{rows_t, boxes_t, 2, true, c};
         tu.one_tile_per_cta = true;
-        ragged_tunings.push_back(tu);
-      }
-      if (has_cs(rows_t, boxes_t)) {
-        kernels::TransposeTmaTuning tu{rows_t, boxes_t, 2, true, 1};
-        tu.one_tile_per_cta = true;
-        tu.stream_store = true;
         ragged_tunings.push_back(tu);
       }
     }
@@ -791,7 +764,6 @@ class Bench {
         "shape,tuning,median_us,gbps,ratio_copy,check_ok,checks,failed_checks,mismatches,"
         "first_bad_row,first_bad_col\n";
     const std::pair<int64_t, int64_t> shapes[] = {{16384, 16384}, {32768, 32768}, {8192, 32768}, {4096, 4096}};
-    const std::string default_name = name(kernels::TransposeTmaDefaultTuning(4));
     for (const auto& [r, c] : shapes) {
       TensorMeta m{DType::kFloat32, {r, c}};
       Sets sets({m}, TensorMeta{DType::kFloat32, {c, r}}, stream_);

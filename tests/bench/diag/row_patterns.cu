@@ -9,6 +9,7 @@ namespace cg = cooperative_groups;
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/iterator/transform_iterator.h>
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -70,22 +71,28 @@ __device__ __forceinline__ float block_sum(float v, float* sh) {
   return r;
 }
 
+// This thread's share of p[0, nv) float4s for a team of kTeam threads (rank in it): rounds of
+// kTeam * U vectors, U loads issued before any is added; nv % (kTeam * U) == 0 assumed.
+template <int kTeam, int U, bool kHint>
+__device__ __forceinline__ float TeamRounds(const float4* p, long long nv, int rank) {
+  float4 acc = make_float4(0, 0, 0, 0);
+  for (long long b = 0; b < nv; b += kTeam * U) {
+    float4 v[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) v[u] = ld4<kHint>(p + b + u * kTeam + rank);
+#pragma unroll
+    for (int u = 0; u < U; ++u) { acc.x += v[u].x; acc.y += v[u].y; acc.z += v[u].z; acc.w += v[u].w; }
+  }
+  return (acc.x + acc.y) + (acc.z + acc.w);
+}
+
 // One block per row; U float4 per thread per round; cols/4 % (T*U) == 0 assumed.
 template <int T, int U, bool kHint>
 __global__ void __launch_bounds__(T) bpr_kernel(const float* __restrict__ in, float* out, long long rows, long long cols, float scale) {
   __shared__ float sh[32];
   for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
     const float4* p = reinterpret_cast<const float4*>(in + r * cols);
-    const long long nv = cols / 4;
-    float4 acc = make_float4(0, 0, 0, 0);
-    for (long long b = 0; b < nv; b += T * U) {
-      float4 v[U];
-#pragma unroll
-      for (int u = 0; u < U; ++u) v[u] = ld4<kHint>(p + b + u * T + threadIdx.x);
-#pragma unroll
-      for (int u = 0; u < U; ++u) { acc.x += v[u].x; acc.y += v[u].y; acc.z += v[u].z; acc.w += v[u].w; }
-    }
-    float s = block_sum<T>((acc.x + acc.y) + (acc.z + acc.w), sh);
+    float s = block_sum<T>(TeamRounds<T, U, kHint>(p, cols / 4, threadIdx.x), sh);
     if (threadIdx.x == 0) out[r] = s * scale;
   }
 }
@@ -102,15 +109,7 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(T) cluster_kernel(co
   const long long r = blockIdx.x / C;
   const long long nv = cols / 4 / C;
   const float4* p = reinterpret_cast<const float4*>(in + r * cols) + rank * nv;
-  float4 acc = make_float4(0, 0, 0, 0);
-  for (long long b = 0; b < nv; b += T * U) {
-    float4 v[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) v[u] = ld4<false>(p + b + u * T + threadIdx.x);
-#pragma unroll
-    for (int u = 0; u < U; ++u) { acc.x += v[u].x; acc.y += v[u].y; acc.z += v[u].z; acc.w += v[u].w; }
-  }
-  float s = block_sum<T>((acc.x + acc.y) + (acc.z + acc.w), sh);
+  float s = block_sum<T>(TeamRounds<T, U, false>(p, nv, threadIdx.x), sh);
   if (threadIdx.x == 0) part = s;
   cluster.sync();
   if (rank == 0 && threadIdx.x == 0) {
@@ -130,16 +129,7 @@ __global__ void __launch_bounds__(T) multirow_kernel(const float* __restrict__ i
   const int g = threadIdx.x / G, t = threadIdx.x % G;
   const long long r = blockIdx.x * (long long)R + g;
   const float4* p = reinterpret_cast<const float4*>(in + r * cols);
-  const long long nv = cols / 4;
-  float4 acc = make_float4(0, 0, 0, 0);
-  for (long long b = 0; b < nv; b += G * U) {
-    float4 v[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) v[u] = ld4<false>(p + b + u * G + t);
-#pragma unroll
-    for (int u = 0; u < U; ++u) { acc.x += v[u].x; acc.y += v[u].y; acc.z += v[u].z; acc.w += v[u].w; }
-  }
-  float s = (acc.x + acc.y) + (acc.z + acc.w);
+  float s = TeamRounds<G, U, false>(p, cols / 4, t);
   for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
   if (threadIdx.x % 32 == 0) sh[threadIdx.x / 32] = s;
   __syncthreads();
@@ -147,87 +137,6 @@ __global__ void __launch_bounds__(T) multirow_kernel(const float* __restrict__ i
     float tot = 0;
     for (int w = 0; w < G / 32; ++w) tot += sh[g * (G / 32) + w];
     out[r] = tot * scale;
-  }
-}
-
-// Persistent: each block walks a flat sequence of rounds (T*U float4 each), prefetching round q+1
-// before it reduces round q. kContig: a block's rows are one contiguous range; else row-strided.
-template <int T, int U, bool kHint, bool kContig>
-__global__ void __launch_bounds__(T) persist_kernel(const float* __restrict__ in, float* out, long long rows, long long cols, float scale) {
-  __shared__ float sh[32];
-  const long long rpr = cols / 4 / (T * U);  // rounds per row
-  long long r0, rstep, nrows;
-  if (kContig) {
-    const long long per = (rows + gridDim.x - 1) / gridDim.x;
-    r0 = blockIdx.x * per; nrows = max(0LL, min(rows, r0 + per) - r0); rstep = 1;
-  } else {
-    r0 = blockIdx.x; rstep = gridDim.x; nrows = r0 < rows ? (rows - r0 + rstep - 1) / rstep : 0;
-  }
-  const long long nq = nrows * rpr;
-  if (nq == 0) return;
-  auto addr = [&](long long q) {
-    const long long rr = r0 + (q / rpr) * rstep;
-    return reinterpret_cast<const float4*>(in + rr * cols) + (q % rpr) * (T * U) + threadIdx.x;
-  };
-  float4 cur[U], nxt[U];
-  { const float4* p = addr(0);
-#pragma unroll
-    for (int u = 0; u < U; ++u) cur[u] = ld4<kHint>(p + u * T); }
-  float4 acc = make_float4(0, 0, 0, 0);
-  for (long long q = 0; q < nq; ++q) {
-    if (q + 1 < nq) { const float4* p = addr(q + 1);
-#pragma unroll
-      for (int u = 0; u < U; ++u) nxt[u] = ld4<kHint>(p + u * T); }
-#pragma unroll
-    for (int u = 0; u < U; ++u) { acc.x += cur[u].x; acc.y += cur[u].y; acc.z += cur[u].z; acc.w += cur[u].w; }
-    if ((q + 1) % rpr == 0) {
-      float s = block_sum<T>((acc.x + acc.y) + (acc.z + acc.w), sh);
-      if (threadIdx.x == 0) out[r0 + (q / rpr) * rstep] = s * scale;
-      acc = make_float4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) cur[u] = nxt[u];
-  }
-}
-
-// TMA bulk: 1 CTA per SM (or 2), S stages of CH bytes; rows contiguous per CTA; chunk = row piece.
-__device__ __forceinline__ unsigned smem_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
-template <int T>
-__global__ void __launch_bounds__(T) bulk_kernel(const float* __restrict__ in, float* out, long long rows, long long cols, float scale, int S, int CH) {
-  extern __shared__ __align__(128) unsigned char smem[];
-  __shared__ __align__(8) unsigned long long bar[16];
-  __shared__ float sh[32];
-  const long long per = (rows + gridDim.x - 1) / gridDim.x;
-  const long long r0 = blockIdx.x * per, nrows = max(0LL, min(rows, r0 + per) - r0);
-  const long long cpr = (long long)cols * 4 / CH;  // chunks per row
-  const long long nq = nrows * cpr;
-  const char* base = reinterpret_cast<const char*>(in + r0 * cols);
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < S; ++s) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(smem_u32(&bar[s])));
-    asm volatile("fence.mbarrier_init.release.cluster;");
-  }
-  __syncthreads();
-  auto issue = [&](long long q) {
-    const int s = (int)(q % S);
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(smem_u32(&bar[s])), "r"(CH) : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                 :: "r"(smem_u32(smem + (size_t)s * CH)), "l"(base + q * CH), "r"(CH), "r"(smem_u32(&bar[s])) : "memory");
-  };
-  if (threadIdx.x == 0) for (long long q = 0; q < nq && q < S; ++q) issue(q);
-  float4 acc = make_float4(0, 0, 0, 0);
-  for (long long q = 0; q < nq; ++q) {
-    const int s = (int)(q % S);
-    const unsigned parity = (unsigned)((q / S) & 1);
-    asm volatile("{ .reg .pred p; W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1; @!p bra W; }" :: "r"(smem_u32(&bar[s])), "r"(parity) : "memory");
-    const float4* sp = reinterpret_cast<const float4*>(smem + (size_t)s * CH);
-    for (int i = threadIdx.x; i < CH / 16; i += T) { float4 v = sp[i]; acc.x += v.x; acc.y += v.y; acc.z += v.z; acc.w += v.w; }
-    __syncthreads();  // everyone done reading stage s
-    if (threadIdx.x == 0 && q + S < nq) issue(q + S);
-    if ((q + 1) % cpr == 0) {
-      float sum = block_sum<T>((acc.x + acc.y) + (acc.z + acc.w), sh);
-      if (threadIdx.x == 0) out[r0 + q / cpr] = sum * scale;
-      acc = make_float4(0, 0, 0, 0);
-    }
   }
 }
 
@@ -266,8 +175,6 @@ int main(int argc, char** argv) {
   float* out; CK(cudaMalloc(&out, 64 << 20));
   float* ref; CK(cudaMalloc(&ref, 64 << 20));
   CK(cudaStreamSynchronize(st));
-  CK(cudaFuncSetAttribute(bulk_kernel<256>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
-  CK(cudaFuncSetAttribute(bulk_kernel<512>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
 
   // Floors.
   double e1 = TimeMedian(1, [&](int) { empty_kernel<<<1, 32, 0, st>>>(nullptr); });
