@@ -76,11 +76,13 @@ absl::Status CheckMeta(const TensorMeta& meta, uint64_t max_bytes, absl::string_
   uint64_t bytes = ElementSize(meta.dtype);
   for (size_t i = 0; i < meta.shape.size(); ++i) {
     const int64_t d = meta.shape[i];
-    if (d < 1) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": dimension ", i, " must be >= 1, got ",
+    if (d < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": dimension ", i, " must be >= 0, got ",
                                                      d, " (shape ", ShapeString(meta.shape), ")"));
     }
-    if (bytes > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(d)) {
+    // A zero dimension makes an empty tensor (what numpy sends for an empty array); the check
+    // still looks at every other dimension, so [0, -1] is refused.
+    if (d > 0 && bytes > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(d)) {
       return absl::ResourceExhaustedError(
           absl::StrCat(what, ": shape ", ShapeString(meta.shape), " overflows 64-bit bytes"));
     }

@@ -39,8 +39,8 @@ std::string ShapeString(const std::vector<int64_t>& shape);  // "[4096,4096]"
 // no request can make an answer arbitrarily large (gRPC refuses oversized status metadata).
 std::string Quote(absl::string_view name);
 
-// Checks a client-supplied dtype and shape: a known dtype, rank 0..4, every dimension >= 1, and
-// a byte count that neither overflows nor exceeds `max_bytes`. `what` names the culprit in the
+// Checks a client-supplied dtype and shape: a known dtype, rank 0..4, every dimension >= 0 (a zero
+// makes an empty tensor), and a byte count that neither overflows nor exceeds `max_bytes`. `what` names the culprit in the
 // message ("tensor 'A'", "inline tensor 'x'").
 absl::Status CheckMeta(const TensorMeta& meta, uint64_t max_bytes, absl::string_view what);
 

@@ -52,12 +52,25 @@ TEST(CheckMeta, RankAboveFour) {
   EXPECT_TRUE(Mentions(s, "got 5")) << s;
 }
 
-TEST(CheckMeta, ZeroDimension) {
-  absl::Status s = CheckMeta({DType::kFloat32, {3, 0}}, kNoLimit, "tensor 'z'");
+// numpy's empty arrays: zero-length dimensions make a tensor of no bytes, at any position.
+TEST(CheckMeta, ZeroDimensionsMakeEmptyTensors) {
+  for (const std::vector<int64_t>& shape :
+       {std::vector<int64_t>{0}, {3, 0}, {0, 3}, {2, 0, 5}, {0, int64_t{1} << 62, 4}}) {
+    const TensorMeta meta{DType::kFloat32, shape};
+    EXPECT_TRUE(CheckMeta(meta, kNoLimit, "tensor 'z'").ok()) << ShapeString(shape);
+    EXPECT_EQ(meta.NumElements(), 0) << ShapeString(shape);
+    EXPECT_EQ(meta.Bytes(), 0u) << ShapeString(shape);
+  }
+  // Empty fits any byte limit.
+  EXPECT_TRUE(CheckMeta({DType::kInt64, {0, 7}}, 0, "tensor 'z'").ok());
+}
+
+TEST(CheckMeta, ZeroDoesNotHideANegativeDimension) {
+  absl::Status s = CheckMeta({DType::kFloat32, {0, -3}}, kNoLimit, "tensor 'z'");
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_TRUE(Mentions(s, "tensor 'z'")) << s;
   EXPECT_TRUE(Mentions(s, "dimension 1")) << s;
-  EXPECT_TRUE(Mentions(s, ">= 1, got 0")) << s;
+  EXPECT_TRUE(Mentions(s, ">= 0, got -3")) << s;
 }
 
 TEST(CheckMeta, NegativeDimension) {
