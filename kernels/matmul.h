@@ -21,8 +21,18 @@ OPSERVE_DECLARE_MATMUL(MatmulBlockTiled)            // 2-D register tiling: TMxT
 OPSERVE_DECLARE_MATMUL(MatmulBlockTiledVectorized)  // + 16-byte loads, A transposed in smem
 // Tensor cores: TF32 mma for FLOAT32 inputs, BF16 mma for BFLOAT16 inputs, float32 accumulate.
 OPSERVE_DECLARE_MATMUL(MatmulTensorCore)
+// Hopper (sm_90a): wgmma fed by TMA, the same precisions. Runs only the shapes
+// MatmulTensorCoreSm90aSupports accepts, with 16-byte aligned A and B, on a device of compute
+// capability 9.0; cudaErrorNotSupported / cudaErrorInvalidValue otherwise (no silent fallback:
+// the caller chooses another kernel and says so).
+OPSERVE_DECLARE_MATMUL(MatmulTensorCoreSm90a)
 
 #undef OPSERVE_DECLARE_MATMUL
+
+// Shapes the sm_90a kernel takes: rows of A and B 16-byte multiples (TMA), K >= 256 and at
+// least 128 output tiles (below that the 128 x 128 mma.sync kernel fills the GPU better), and
+// dimensions whose coordinates fit TMA's int32 operands. Plain host code: no device query.
+bool MatmulTensorCoreSm90aSupports(int64_t m, int64_t n, int64_t k, int elem_bytes);
 
 // cuBLAS needs a handle, created once per device worker. The handle is passed as void* so that
 // this header does not pull in cublas_v2.h. FLOAT32 runs cublasSgemm in full FP32 precision;

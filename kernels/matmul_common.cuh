@@ -99,15 +99,4 @@ __device__ __forceinline__ TileCoord GroupedTile(int64_t tiles_m, int64_t tiles_
   return {first_m + in_group % rows_in_group, in_group / rows_in_group};
 }
 
-// ---- The Hopper path of MatmulTensorCore (kernels/matmul_tensor_core_sm90a.cu): wgmma fed by
-// TMA. Sm90aTensorCoreSuits says whether it may run this call (shape, alignment, size, and a
-// device of compute capability 9.0 whose loaded kernel is the sm_90a build); the launchers then
-// run it. MatmulTensorCore falls back to its mma.sync kernel otherwise.
-bool Sm90aTensorCoreSuits(const void* d_a, const void* d_b, int64_t m, int64_t n, int64_t k,
-                          int elem_bytes);
-cudaError_t MatmulTensorCoreSm90a(const float* d_a, const float* d_b, float* d_c, int64_t m,
-                                  int64_t n, int64_t k, cudaStream_t stream);
-cudaError_t MatmulTensorCoreSm90a(const __nv_bfloat16* d_a, const __nv_bfloat16* d_b, float* d_c,
-                                  int64_t m, int64_t n, int64_t k, cudaStream_t stream);
-
 }  // namespace opserve::kernels::matmul

@@ -21,8 +21,8 @@
 // bases. Other shapes take the same kernel with kAsync = false, which loads each element with a
 // guarded ordinary load and stores it to shared memory (same ring, no overlap).
 //
-// On an sm_90 device, large shapes with 16-byte aligned rows go to the wgmma + TMA kernel of
-// kernels/matmul_tensor_core_sm90a.cu instead (matmul::Sm90aTensorCoreSuits decides).
+// The Hopper wgmma + TMA kernel is its own algorithm (kernels/matmul_tensor_core_sm90a.cu); this
+// one never switches to it, so the algorithm a response reports is the kernel that ran.
 #include <cstdint>
 #include <type_traits>
 
@@ -362,18 +362,11 @@ cudaError_t Launch(const T* d_a, const T* d_b, float* d_c, int64_t m, int64_t n,
 
 cudaError_t MatmulTensorCore(const float* d_a, const float* d_b, float* d_c, int64_t m, int64_t n,
                              int64_t k, cudaStream_t stream) {
-  if (matmul::Sm90aTensorCoreSuits(d_a, d_b, m, n, k, sizeof(float))) {
-    return matmul::MatmulTensorCoreSm90a(d_a, d_b, d_c, m, n, k, stream);
-  }
   return Launch(d_a, d_b, d_c, m, n, k, stream);
 }
 
 cudaError_t MatmulTensorCore(const bf16_bits* d_a, const bf16_bits* d_b, float* d_c, int64_t m,
                              int64_t n, int64_t k, cudaStream_t stream) {
-  if (matmul::Sm90aTensorCoreSuits(d_a, d_b, m, n, k, sizeof(bf16_bits))) {
-    return matmul::MatmulTensorCoreSm90a(matmul::AsDevice(d_a), matmul::AsDevice(d_b), d_c, m, n, k,
-                                         stream);
-  }
   return Launch(matmul::AsDevice(d_a), matmul::AsDevice(d_b), d_c, m, n, k, stream);
 }
 

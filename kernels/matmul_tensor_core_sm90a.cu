@@ -487,25 +487,42 @@ cudaError_t Launch(const T* d_a, const T* d_b, float* d_c, int64_t m, int64_t n,
 
 }  // namespace
 
-bool Sm90aTensorCoreSuits(const void* d_a, const void* d_b, int64_t m, int64_t n, int64_t k,
-                          int elem_bytes) {
-  // TMA: 16-byte aligned bases and row strides; int32 coordinates.
-  if (!IsAligned(d_a, 16) || !IsAligned(d_b, 16)) return false;
+}  // namespace opserve::kernels::matmul
+
+namespace opserve::kernels {
+
+bool MatmulTensorCoreSm90aSupports(int64_t m, int64_t n, int64_t k, int elem_bytes) {
+  using matmul::kBM;
+  using matmul::kBN;
   if ((k * elem_bytes) % 16 != 0 || (n * elem_bytes) % 16 != 0) return false;
-  if (m <= 0 || n <= 0 || k < kMinK || m > INT_MAX || n > INT_MAX || k > INT_MAX) return false;
+  if (m <= 0 || n <= 0 || k < matmul::kMinK || m > INT_MAX || n > INT_MAX || k > INT_MAX) {
+    return false;
+  }
   const int64_t tiles = CeilDiv<int64_t>(m, kBM) * CeilDiv<int64_t>(n, kBN);
-  if (tiles < kMinTiles || tiles > INT_MAX) return false;
-  return elem_bytes == 4 ? DeviceReady<float>() : DeviceReady<__nv_bfloat16>();
+  return tiles >= matmul::kMinTiles && tiles <= INT_MAX;
 }
+
+namespace {
+
+template <typename T>
+cudaError_t Run(const T* d_a, const T* d_b, float* d_c, int64_t m, int64_t n, int64_t k,
+                cudaStream_t stream) {
+  if (!MatmulTensorCoreSm90aSupports(m, n, k, sizeof(T))) return cudaErrorInvalidValue;
+  if (!matmul::IsAligned(d_a, 16) || !matmul::IsAligned(d_b, 16)) return cudaErrorInvalidValue;
+  if (!matmul::DeviceReady<T>()) return cudaErrorNotSupported;
+  return matmul::Launch(d_a, d_b, d_c, m, n, k, stream);
+}
+
+}  // namespace
 
 cudaError_t MatmulTensorCoreSm90a(const float* d_a, const float* d_b, float* d_c, int64_t m,
                                   int64_t n, int64_t k, cudaStream_t stream) {
-  return Launch(d_a, d_b, d_c, m, n, k, stream);
+  return Run(d_a, d_b, d_c, m, n, k, stream);
 }
 
-cudaError_t MatmulTensorCoreSm90a(const __nv_bfloat16* d_a, const __nv_bfloat16* d_b, float* d_c,
+cudaError_t MatmulTensorCoreSm90a(const bf16_bits* d_a, const bf16_bits* d_b, float* d_c,
                                   int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
-  return Launch(d_a, d_b, d_c, m, n, k, stream);
+  return Run(matmul::AsDevice(d_a), matmul::AsDevice(d_b), d_c, m, n, k, stream);
 }
 
-}  // namespace opserve::kernels::matmul
+}  // namespace opserve::kernels

@@ -18,9 +18,14 @@ OPSERVE_DECLARE_TRANSPOSE(TransposeSmemTiled)
 OPSERVE_DECLARE_TRANSPOSE(TransposeSwizzled)
 // sm_90: bulk tensor copies (TMA) with a 128-byte swizzle, several elements per thread.
 // The tensor maps are encoded at run time through cudaGetDriverEntryPointByVersion
-// (never link libcuda directly).
+// (never link libcuda directly). Only the shapes TransposeTmaSupports accepts, with a 16-byte
+// aligned d_in; cudaErrorInvalidValue otherwise (no silent fallback).
 OPSERVE_DECLARE_TRANSPOSE(TransposeTma)
 
 #undef OPSERVE_DECLARE_TRANSPOSE
+
+// The shapes TransposeTma takes: 2- or 4-byte elements, rows of a 16-byte multiple, dimensions
+// below 2^31. Plain host code: no device query.
+bool TransposeTmaSupports(int64_t rows, int64_t cols, int elem_bytes);
 
 }  // namespace opserve::kernels

@@ -38,11 +38,10 @@
 // Ragged edges: TMA zero-fills the out-of-bounds part of a box; consumers skip stores outside the
 // matrix. A box that lies wholly outside is not requested at all.
 //
-// Fallbacks (correctness for every shape; see NOTES_transpose.md):
-//   - cols * elem_bytes % 16 != 0, d_in not 16-byte aligned, rows or cols >= 2^31, a device
-//     below sm_90, or no cuTensorMapEncodeTiled from the driver: TMA cannot describe the input,
-//     so the call runs TransposeSmemTiled (the classic padded 32x32 kernel), the best kernel that
-//     needs no alignment at all.
+// Shapes (TransposeTmaSupports):
+//   - cols * elem_bytes % 16 != 0, rows or cols >= 2^31, 8-byte elements: TMA cannot describe the
+//     input (or this file has no consumer for it), and the launcher refuses the call; the server
+//     runs smem_tiled for such shapes instead and reports that it did (server/op_table.cc).
 //   - rows * elem_bytes % 16 != 0 or d_out not 16-byte aligned: the input still goes through TMA,
 //     but output rows are not 16-byte aligned, so each element is stored on its own.
 #include <cuda.h>  // CUtensorMap and its enums: types only, libcuda is never linked
@@ -578,34 +577,36 @@ cudaError_t LaunchTmaFp32(const TransposeTmaTuning& t, const void* d_in, void* d
 
 }  // namespace
 
+bool TransposeTmaSupports(int64_t rows, int64_t cols, int elem_bytes) {
+  // What a TMA tensor map can describe: a 16-byte multiple row stride (the base is 16-byte
+  // aligned too: checked at launch), dimensions whose coordinates fit the instruction's signed
+  // 32-bit operands; and the element sizes this file has consumers for.
+  constexpr int64_t kMaxDim = INT32_MAX;
+  return (elem_bytes == 2 || elem_bytes == 4) && rows >= 1 && cols >= 1 &&
+         (cols * elem_bytes) % 16 == 0 && rows <= kMaxDim && cols <= kMaxDim;
+}
+
 cudaError_t TransposeTmaTuned(const TransposeTmaTuning& tuning, const void* d_in, void* d_out,
                               int64_t rows, int64_t cols, int elem_bytes, cudaStream_t stream) {
-  if (!transpose_detail::ArgsOk(d_in, d_out, rows, cols, elem_bytes)) return cudaErrorInvalidValue;
-  // What a TMA tensor map can describe: 16-byte aligned base and row stride, dimensions whose
-  // coordinates fit the instruction's signed 32-bit operands.
-  constexpr int64_t kMaxDim = INT32_MAX;
-  const bool describable = (cols * elem_bytes) % 16 == 0 &&
-                           reinterpret_cast<uintptr_t>(d_in) % 16 == 0 && rows <= kMaxDim &&
-                           cols <= kMaxDim;
-  if (describable) {
-    int device = 0;
-    cudaError_t err = cudaGetDevice(&device);
-    if (err != cudaSuccess) return err;
-    int major = 0;
-    err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-    if (err != cudaSuccess) return err;
-    const PFN_cuTensorMapEncodeTiled_v12000 encode = major >= 9 ? EncodeTiledFn() : nullptr;
-    if (encode != nullptr) {
-      bool launched = false;
-      err = elem_bytes == 4
-                ? LaunchTmaFp32(tuning, d_in, d_out, rows, cols, device, encode, stream, &launched)
-                : LaunchTma<uint16_t, Tile64x2>(tuning, d_in, d_out, rows, cols, device, encode,
-                                                stream, &launched);
-      if (err != cudaSuccess || launched) return err;
-    }
+  if (!transpose_detail::ArgsOk(d_in, d_out, rows, cols, elem_bytes) ||
+      !TransposeTmaSupports(rows, cols, elem_bytes) || reinterpret_cast<uintptr_t>(d_in) % 16 != 0) {
+    return cudaErrorInvalidValue;
   }
-  // TMA cannot describe this input: the classic padded kernel needs no alignment at all.
-  return TransposeSmemTiled(d_in, d_out, rows, cols, elem_bytes, stream);
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  int major = 0;
+  err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  if (err != cudaSuccess) return err;
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = major >= 9 ? EncodeTiledFn() : nullptr;
+  if (encode == nullptr) return cudaErrorNotSupported;
+  bool launched = false;
+  err = elem_bytes == 4
+            ? LaunchTmaFp32(tuning, d_in, d_out, rows, cols, device, encode, stream, &launched)
+            : LaunchTma<uint16_t, Tile64x2>(tuning, d_in, d_out, rows, cols, device, encode,
+                                            stream, &launched);
+  if (err == cudaSuccess && !launched) return cudaErrorInvalidValue;
+  return err;
 }
 
 TransposeTmaTuning TransposeTmaDefaultTuning(int elem_bytes) {

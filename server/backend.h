@@ -41,6 +41,9 @@ class ExecEnv {
   virtual absl::StatusOr<BufferPtr> Allocate(uint64_t bytes) = 0;
   // Copies host bytes into `dst`, in stream order. `src` must stay valid until Finish().
   virtual absl::Status CopyIn(Buffer& dst, const void* src, uint64_t bytes) = 0;
+  // Sets `bytes` bytes of `dst` to `byte`, in stream order (no kernel of the op's runs: the
+  // output of a node whose input is empty).
+  virtual absl::Status Fill(Buffer& dst, uint8_t byte, uint64_t bytes) = 0;
   // Scratch memory that lives until Finish().
   virtual absl::StatusOr<void*> Scratch(uint64_t bytes) = 0;
   // Called once at the start of each request.
@@ -53,6 +56,10 @@ class ExecEnv {
   // Brackets node `i`'s kernels for timing (CUDA events or the host clock).
   virtual void MarkStart(int i) = 0;
   virtual void MarkEnd(int i) = 0;
+  // Waits until node `i`'s kernels (up to MarkEnd(i)) are done; a no-op where kernels run
+  // synchronously. The executor calls it before queueing the node after next, so an abandoned
+  // request leaves at most the running node and one queued node for the device to finish.
+  virtual absl::Status WaitNode(int i) { return absl::OkStatus(); }
   // Waits for the device (once per request) and returns each marked node's seconds.
   // Frees the scratch. A device error here is reported against the request.
   virtual absl::StatusOr<std::vector<double>> Finish(int num_nodes) = 0;

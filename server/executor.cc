@@ -15,6 +15,13 @@ double MicrosSince(Clock::time_point t) {
   return std::chrono::duration<double, std::micro>(Clock::now() - t).count();
 }
 
+bool HasEmptyInput(const PlanNode& n) {
+  for (const TensorMeta& m : n.input_meta) {
+    if (m.NumElements() == 0) return true;
+  }
+  return false;
+}
+
 void FillShape(const TensorMeta& meta, v1::Tensor* t) {
   t->set_dtype(static_cast<v1::DType>(meta.dtype));
   for (int64_t d : meta.shape) t->add_shape(d);
@@ -50,6 +57,7 @@ absl::Status ExecutePlan(const Plan& plan, const ExecuteContext& ctx,
   auto t_compute = Clock::now();
   const int num_nodes = static_cast<int>(plan.nodes.size());
   std::vector<BufferPtr> outputs(num_nodes);
+  std::vector<bool> skipped(num_nodes, false);  // empty inputs: no kernel ran
   std::vector<const void*> ptrs;
   for (int i = 0; i < num_nodes; ++i) {
     const PlanNode& n = plan.nodes[i];
@@ -57,8 +65,19 @@ absl::Status ExecutePlan(const Plan& plan, const ExecuteContext& ctx,
       return absl::Status(s.code(), absl::StrCat("node '", n.id, "' (", std::string(n.op->name), "/",
                                                  std::string(n.algo->name), "): ", s.message()));
     };
+    // Keep at most the running node and this one on the device: a request abandoned below
+    // (deadline, cancellation) then waits for no more than that before its buffers go back.
+    if (i >= 2) {
+      if (auto s = ctx.env->WaitNode(i - 2); !s.ok()) {
+        (void)ctx.env->Finish(i);
+        return at(s);
+      }
+    }
     if (ctx.check_alive) {
-      if (auto s = ctx.check_alive(); !s.ok()) return at(s);
+      if (auto s = ctx.check_alive(); !s.ok()) {
+        (void)ctx.env->Finish(i);  // drain the device before buffers go back
+        return at(s);
+      }
     }
     auto out = ctx.env->Allocate(n.output.Bytes());
     if (!out.ok()) return at(out.status());
@@ -71,16 +90,26 @@ absl::Status ExecutePlan(const Plan& plan, const ExecuteContext& ctx,
         case PlanInput::Source::kNode: ptrs.push_back(outputs[in.index]->data()); break;
       }
     }
-    KernelArgs args{ptrs, n.input_meta, outputs[i]->data(), n.output, n.attrs, *ctx.env};
-    ctx.env->MarkStart(i);
-    absl::Status s = n.algo->run(args);
+    absl::Status s;
+    if (HasEmptyInput(n)) {
+      // No kernel runs on zero elements: the output (zeros, or NaNs for a mean) is filled, and the
+      // node reports the algorithm that would have run with a kernel time of 0.
+      skipped[i] = true;
+      s = ctx.env->Fill(*outputs[i], n.op->empty_fill == EmptyFill::kNaN ? 0xFF : 0,
+                        n.output.Bytes());
+    } else {
+      KernelArgs args{ptrs, n.input_meta, outputs[i]->data(), n.output, n.attrs, *ctx.env};
+      ctx.env->MarkStart(i);
+      s = n.algo->run(args);
 #if OPSERVE_TEST_HOOKS
-    if (!ctx.fail_algorithm.empty() &&
-        ctx.fail_algorithm == absl::StrCat(std::string(n.op->name), "/", std::string(n.algo->name))) {
-      s = ctx.env->InjectFault();
-    }
+      if (!ctx.fail_algorithm.empty() &&
+          ctx.fail_algorithm ==
+              absl::StrCat(std::string(n.op->name), "/", std::string(n.algo->name))) {
+        s = ctx.env->InjectFault();
+      }
 #endif
-    ctx.env->MarkEnd(i);
+      ctx.env->MarkEnd(i);
+    }
     if (!s.ok()) {
       (void)ctx.env->Finish(i + 1);  // drain the device before buffers go back
       return at(s);
@@ -89,6 +118,13 @@ absl::Status ExecutePlan(const Plan& plan, const ExecuteContext& ctx,
       if (in.source != PlanInput::Source::kNode) continue;
       const PlanNode& src = plan.nodes[in.index];
       if (src.last_use == i && !src.returned && src.store_as.empty()) outputs[in.index].reset();
+    }
+  }
+  // A request abandoned during its last node stages and stores nothing.
+  if (ctx.check_alive) {
+    if (auto s = ctx.check_alive(); !s.ok()) {
+      (void)ctx.env->Finish(num_nodes);
+      return s;
     }
   }
   // Returned outputs go to host memory in stream order: the one wait below covers them.
@@ -114,7 +150,7 @@ absl::Status ExecutePlan(const Plan& plan, const ExecuteContext& ctx,
 
   for (int i = 0; i < num_nodes; ++i) {
     const PlanNode& n = plan.nodes[i];
-    const double s = (*seconds)[i];
+    const double s = skipped[i] ? 0.0 : (*seconds)[i];
     v1::NodeResult* r = response->add_nodes();
     r->set_id(n.id);
     r->set_op(std::string(n.op->name));
@@ -126,7 +162,7 @@ absl::Status ExecutePlan(const Plan& plan, const ExecuteContext& ctx,
     r->set_flops(n.cost.flops);
     r->set_gbps(s > 0 ? n.cost.bytes / s / 1e9 : 0);
     r->set_gflops(s > 0 ? n.cost.flops / s / 1e9 : 0);
-    if (ctx.metrics) ctx.metrics->RecordKernel(std::string_view(n.op->name.data(), n.op->name.size()),
+    if (ctx.metrics && !skipped[i]) ctx.metrics->RecordKernel(std::string_view(n.op->name.data(), n.op->name.size()),
                                   std::string_view(n.algo->name.data(), n.algo->name.size()), s, n.cost.bytes, n.cost.flops);
   }
 
@@ -162,7 +198,9 @@ absl::Status ExecutePlan(const Plan& plan, const ExecuteContext& ctx,
         ctx.max_response_bytes, " (--max_message_bytes); store the outputs and use GetTensor"));
   }
   if (!to_store.empty()) {
-    RETURN_IF_ERROR(ctx.store->InsertAll(to_store, overwrite, plan.ns));
+    // The liveness check runs under the store's lock: a request that died after its last node
+    // (its deadline passed while the device finished, or the client cancelled) stores nothing.
+    RETURN_IF_ERROR(ctx.store->InsertAll(to_store, overwrite, plan.ns, ctx.check_alive));
     for (const StoredTensorPtr& t : to_store) {
       v1::TensorInfo* info = response->add_stored();
       info->set_name(t->name);

@@ -26,20 +26,37 @@ absl::Status NeedDType(const TensorMeta& m, std::span<const DType> allowed,
 
 }  // namespace
 
+namespace {
+
+// The reductions take every dtype of the API.
+constexpr DType kReduceTypes[] = {DType::kFloat32, DType::kInt32, DType::kInt64, DType::kBFloat16};
+
+// What a sum of `in` elements is held in: integers exactly in INT64 (wrapping on overflow, as
+// numpy's int64 sum does), floats in FLOAT32 (BFLOAT16 accumulates in FLOAT32).
+DType SumDType(DType in) {
+  return in == DType::kInt32 || in == DType::kInt64 ? DType::kInt64 : DType::kFloat32;
+}
+
+}  // namespace
+
 absl::StatusOr<TensorMeta> InferSum(std::span<const TensorMeta> in) {
-  static constexpr DType kOk[] = {DType::kFloat32, DType::kInt32};
-  if (auto s = NeedDType(in[0], kOk, "input 0"); !s.ok()) return s;
-  // INT32 accumulates exactly into INT64; FLOAT32 stays FLOAT32.
-  return TensorMeta{in[0].dtype == DType::kInt32 ? DType::kInt64 : DType::kFloat32, {}};
+  if (auto s = NeedDType(in[0], kReduceTypes, "input 0"); !s.ok()) return s;
+  return TensorMeta{SumDType(in[0].dtype), {}};
 }
 
 Cost CostSum(std::span<const TensorMeta> in, const TensorMeta& out) {
   return {in[0].Bytes() + out.Bytes(), static_cast<uint64_t>(in[0].NumElements())};
 }
 
-absl::StatusOr<TensorMeta> InferRowReduce(std::span<const TensorMeta> in) {
-  static constexpr DType kOk[] = {DType::kFloat32};
-  if (auto s = NeedDType(in[0], kOk, "input 0"); !s.ok()) return s;
+absl::StatusOr<TensorMeta> InferRowSum(std::span<const TensorMeta> in) {
+  if (auto s = NeedDType(in[0], kReduceTypes, "input 0"); !s.ok()) return s;
+  if (auto s = NeedRank(in[0], 2, "input 0 [rows, cols]"); !s.ok()) return s;
+  return TensorMeta{SumDType(in[0].dtype), {in[0].shape[0]}};
+}
+
+// The mean is FLOAT32 whatever the input: an integer row's sum is taken exactly, then divided.
+absl::StatusOr<TensorMeta> InferRowMean(std::span<const TensorMeta> in) {
+  if (auto s = NeedDType(in[0], kReduceTypes, "input 0"); !s.ok()) return s;
   if (auto s = NeedRank(in[0], 2, "input 0 [rows, cols]"); !s.ok()) return s;
   return TensorMeta{DType::kFloat32, {in[0].shape[0]}};
 }

@@ -9,7 +9,8 @@ namespace opserve::op_defs {
 
 absl::StatusOr<TensorMeta> InferSum(std::span<const TensorMeta> in);
 Cost CostSum(std::span<const TensorMeta> in, const TensorMeta& out);
-absl::StatusOr<TensorMeta> InferRowReduce(std::span<const TensorMeta> in);
+absl::StatusOr<TensorMeta> InferRowSum(std::span<const TensorMeta> in);
+absl::StatusOr<TensorMeta> InferRowMean(std::span<const TensorMeta> in);
 Cost CostRowReduce(std::span<const TensorMeta> in, const TensorMeta& out);
 absl::StatusOr<TensorMeta> InferTranspose(std::span<const TensorMeta> in);
 Cost CostTranspose(std::span<const TensorMeta> in, const TensorMeta& out);

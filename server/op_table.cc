@@ -19,35 +19,51 @@ namespace opserve {
 namespace {
 
 using D = DType;
-constexpr D kSumTypes[] = {D::kFloat32, D::kInt32};
-constexpr D kRowTypes[] = {D::kFloat32};
-constexpr D kTransposeTypes[] = {D::kFloat32, D::kInt32, D::kInt64, D::kBFloat16};
+constexpr D kAllTypes[] = {D::kFloat32, D::kInt32, D::kInt64, D::kBFloat16};
 constexpr D kMatmulTypes[] = {D::kFloat32, D::kBFloat16};
 
 const OpSpec kOps[] = {
-    {"sum", "full reduction to a scalar; INT32 accumulates exactly into INT64", 1, kSumTypes,
-     {}, op_defs::InferSum, op_defs::CostSum},
-    {"row_sum", "FLOAT32 [rows, cols] -> [rows], the sum of each row", 1, kRowTypes, {},
-     op_defs::InferRowReduce, op_defs::CostRowReduce},
-    {"row_mean", "FLOAT32 [rows, cols] -> [rows], the mean of each row", 1, kRowTypes, {},
-     op_defs::InferRowReduce, op_defs::CostRowReduce},
-    {"transpose", "[rows, cols] -> [cols, rows]", 1, kTransposeTypes, {},
-     op_defs::InferTranspose, op_defs::CostTranspose},
-    {"matmul", "[M, K] x [K, N] -> FLOAT32 [M, N]; BFLOAT16 inputs accumulate in FLOAT32", 2,
-     kMatmulTypes, {}, op_defs::InferMatmul, op_defs::CostMatmul},
+    {"sum",
+     "full reduction to a scalar; INT32 / INT64 sum exactly into INT64 (wrapping on overflow, as "
+     "numpy), BFLOAT16 accumulates in FLOAT32 and returns FLOAT32; the sum of nothing is 0",
+     1, kAllTypes, {}, op_defs::InferSum, op_defs::CostSum, EmptyFill::kZeros},
+    {"row_sum",
+     "[rows, cols] -> [rows], the sum of each row; the dtypes as for sum; [R, 0] gives R zeros", 1,
+     kAllTypes, {}, op_defs::InferRowSum, op_defs::CostRowReduce, EmptyFill::kZeros},
+    {"row_mean",
+     "[rows, cols] -> FLOAT32 [rows], the mean of each row (integer rows summed exactly, then "
+     "divided); [R, 0] gives R NaNs",
+     1, kAllTypes, {}, op_defs::InferRowMean, op_defs::CostRowReduce, EmptyFill::kNaN},
+    {"transpose", "[rows, cols] -> [cols, rows]", 1, kAllTypes, {}, op_defs::InferTranspose,
+     op_defs::CostTranspose, EmptyFill::kZeros},
+    {"matmul",
+     "[M, K] x [K, N] -> FLOAT32 [M, N]; BFLOAT16 inputs accumulate in FLOAT32; K = 0 gives zeros",
+     2, kMatmulTypes, {}, op_defs::InferMatmul, op_defs::CostMatmul, EmptyFill::kZeros},
 };
+
+constexpr std::initializer_list<D> kAll = {D::kFloat32, D::kInt32, D::kInt64, D::kBFloat16};
+
+#if OPSERVE_WITH_CUDA
+bool TmaDescribes(std::span<const TensorMeta> in) {
+  return kernels::TransposeTmaSupports(in[0].shape[0], in[0].shape[1],
+                                       static_cast<int>(ElementSize(in[0].dtype)));
+}
+bool Sm90aMatmulTakes(std::span<const TensorMeta> in) {
+  return kernels::MatmulTensorCoreSm90aSupports(in[0].shape[0], in[1].shape[1], in[0].shape[1],
+                                                static_cast<int>(ElementSize(in[0].dtype)));
+}
+#endif
 
 const std::vector<AlgoSpec>& AlgorithmTable() {
   static const auto* const kTable = new std::vector<AlgoSpec>{
       // op, algorithm, backend, input dtypes, run, deterministic, default, min cc, description
-      {"sum", "reference", "cpu", {D::kFloat32, D::kInt32}, cpu::SumReference, true, true, 0,
+      {"sum", "reference", "cpu", kAll, cpu::SumReference, true, true, 0,
        "pairwise float32 / exact int64"},
-      {"row_sum", "reference", "cpu", {D::kFloat32}, cpu::RowSumReference, true, true, 0,
-       "float64 accumulation"},
-      {"row_mean", "reference", "cpu", {D::kFloat32}, cpu::RowMeanReference, true, true, 0,
-       "float64 accumulation"},
-      {"transpose", "reference", "cpu", {D::kFloat32, D::kInt32, D::kInt64, D::kBFloat16},
-       cpu::TransposeReference, true, true, 0, "64x64 cache tiles"},
+      {"row_sum", "reference", "cpu", kAll, cpu::RowSumReference, true, true, 0,
+       "float64 accumulation / exact int64"},
+      {"row_mean", "reference", "cpu", kAll, cpu::RowMeanReference, true, true, 0,
+       "float64 accumulation / exact int64, then divided"},
+      {"transpose", "reference", "cpu", kAll, cpu::TransposeReference, true, true, 0, "64x64 cache tiles"},
       {"matmul", "reference", "cpu", {D::kFloat32, D::kBFloat16}, cpu::MatmulReference, true, true,
        0, "i-k-j loops, float32 accumulation, rows across threads"},
 #if OPSERVE_WITH_CUDA
@@ -57,41 +73,43 @@ const std::vector<AlgoSpec>& AlgorithmTable() {
        true, false, 0, "the last warp reduces with shuffles"},
       {"sum", "one_pass_atomic", "cuda", {D::kFloat32, D::kInt32},
        OPSERVE_CUDA_SUM(SumOnePassAtomic), false, false, 0, "one launch, atomics across blocks"},
-      {"sum", "vectorized", "cuda", {D::kFloat32, D::kInt32}, OPSERVE_CUDA_SUM(SumVectorized),
+      {"sum", "vectorized", "cuda", kAll, OPSERVE_CUDA_SUM(SumVectorized),
        true, true, 0, "several 16-byte loads per thread in flight"},
-      {"sum", "chunked", "cuda", {D::kFloat32, D::kInt32}, OPSERVE_CUDA_SUM(SumChunked), true,
+      {"sum", "chunked", "cuda", kAll, OPSERVE_CUDA_SUM(SumChunked), true,
        false, 0, "a block per contiguous 16 KiB chunk, partials added in order by the last blocks"},
-      {"sum", "cub", "cuda", {D::kFloat32, D::kInt32}, OPSERVE_CUDA_SUM(SumCub), true, false, 0,
+      {"sum", "cub", "cuda", kAll, OPSERVE_CUDA_SUM(SumCub), true, false, 0,
        "cub::DeviceReduce"},
       {"row_sum", "naive", "cuda", {D::kFloat32}, OPSERVE_CUDA_ROW(RowReduceNaive, false), true,
        false, 0, "a thread per row"},
-      {"row_sum", "block_per_row", "cuda", {D::kFloat32},
+      {"row_sum", "block_per_row", "cuda", kAll,
        OPSERVE_CUDA_ROW(RowReduceBlockPerRow, false), true, true, 0,
        "a block per row, unrolled independent loads"},
-      {"row_sum", "warp_per_row", "cuda", {D::kFloat32},
+      {"row_sum", "warp_per_row", "cuda", kAll,
        OPSERVE_CUDA_ROW(RowReduceWarpPerRow, false), true, false, 0, "a warp per row"},
-      {"row_sum", "cub_segmented", "cuda", {D::kFloat32},
+      {"row_sum", "cub_segmented", "cuda", kAll,
        OPSERVE_CUDA_ROW(RowReduceCubSegmented, false), true, false, 0,
        "cub::DeviceSegmentedReduce"},
       {"row_mean", "naive", "cuda", {D::kFloat32}, OPSERVE_CUDA_ROW(RowReduceNaive, true), true,
        false, 0, "a thread per row"},
-      {"row_mean", "block_per_row", "cuda", {D::kFloat32},
+      {"row_mean", "block_per_row", "cuda", kAll,
        OPSERVE_CUDA_ROW(RowReduceBlockPerRow, true), true, true, 0,
        "a block per row, unrolled independent loads"},
-      {"row_mean", "warp_per_row", "cuda", {D::kFloat32},
+      {"row_mean", "warp_per_row", "cuda", kAll,
        OPSERVE_CUDA_ROW(RowReduceWarpPerRow, true), true, false, 0, "a warp per row"},
-      {"row_mean", "cub_segmented", "cuda", {D::kFloat32},
+      {"row_mean", "cub_segmented", "cuda", kAll,
        OPSERVE_CUDA_ROW(RowReduceCubSegmented, true), true, false, 0,
        "cub::DeviceSegmentedReduce"},
-      {"transpose", "naive", "cuda", {D::kFloat32, D::kInt32, D::kBFloat16},
+      {"transpose", "naive", "cuda", kAll,
        OPSERVE_CUDA_TRANSPOSE(TransposeNaive), true, false, 0, "a thread per element"},
-      {"transpose", "smem_tiled", "cuda", {D::kFloat32, D::kInt32, D::kBFloat16},
+      {"transpose", "smem_tiled", "cuda", kAll,
        OPSERVE_CUDA_TRANSPOSE(TransposeSmemTiled), true, true, 0, "32x32 tile padded by one"},
-      {"transpose", "swizzled", "cuda", {D::kFloat32, D::kInt32, D::kBFloat16},
+      {"transpose", "swizzled", "cuda", kAll,
        OPSERVE_CUDA_TRANSPOSE(TransposeSwizzled), true, false, 0, "32x32 tile, XOR swizzle"},
       {"transpose", "tma", "cuda", {D::kFloat32, D::kInt32, D::kBFloat16},
        OPSERVE_CUDA_TRANSPOSE(TransposeTma), true, false, 90,
-       "sm_90 bulk tensor copies, 128-byte swizzle, a CTA per tile"},
+       "sm_90 bulk tensor copies, 128-byte swizzle, a CTA per tile; rows TMA cannot describe "
+       "(not a 16-byte multiple) run smem_tiled, reported as such",
+       /*supports=*/TmaDescribes, /*fallback=*/"smem_tiled"},
       {"matmul", "naive", "cuda", {D::kFloat32, D::kBFloat16}, OPSERVE_CUDA_MATMUL(MatmulNaive),
        true, false, 0, "a thread per output"},
       {"matmul", "coalescing", "cuda", {D::kFloat32, D::kBFloat16},
@@ -107,7 +125,12 @@ const std::vector<AlgoSpec>& AlgorithmTable() {
        "2-D register tiling, 16-byte loads"},
       {"matmul", "tensor_core", "cuda", {D::kFloat32, D::kBFloat16},
        OPSERVE_CUDA_MATMUL(MatmulTensorCore), true, false, 0,
-       "tensor cores: TF32 for FLOAT32, BF16 for BFLOAT16"},
+       "tensor cores through mma.sync: TF32 for FLOAT32, BF16 for BFLOAT16"},
+      {"matmul", "tensor_core_sm90a", "cuda", {D::kFloat32, D::kBFloat16},
+       OPSERVE_CUDA_MATMUL(MatmulTensorCoreSm90a), true, false, 90,
+       "sm_90a wgmma fed by TMA, TF32 / BF16; shapes it does not take (K < 256, under 128 "
+       "tiles, rows not 16-byte multiples) run tensor_core, reported as such",
+       /*supports=*/Sm90aMatmulTakes, /*fallback=*/"tensor_core"},
       {"matmul", "cublas", "cuda", {D::kFloat32, D::kBFloat16},
        [](const KernelArgs& a) {
          return cuda::RunMatmul(a, [&](auto... x) {
@@ -126,7 +149,7 @@ const std::vector<AlgoSpec>& AlgorithmTable() {
 // fastest at 2^20 (6.8 vs 8.6 us for vectorized, H200, 2026-11-22). FLOAT32 takes vectorized,
 // the fastest deterministic sum there (7.5-7.9 us at 2^20); one_pass_atomic is a little faster,
 // but its float result depends on the order of its atomics.
-// From kSumChunkedMin elements both dtypes take chunked (opserve-bench, H100, 2026-11-23): at
+// From kSumChunkedMinBytes every dtype takes chunked (opserve-bench, H100, 2026-11-23): at
 // 2^30 it ran 1344-1347 us against vectorized's 1389-1391 (3.3% faster), but at 2^24 it was 8%
 // slower (30.0 vs 27.7 us FLOAT32, 31.3 vs 28.9 INT32) and at 2^20 too (8.2-8.7 vs 7.5-7.9 us):
 // its counter memset and extra launch work cost ~2-3 us, which 3.3% of the streaming time repays
@@ -137,11 +160,13 @@ const std::vector<AlgoSpec>& AlgorithmTable() {
 // one_pass_atomic's own row and 29.4-29.9 each time it ran as auto's choice (once 0.947 of the
 // fastest, under the 5% target; cause not found). So one_pass_atomic keeps the small sizes, below
 // 2^22; the sizes between 2^20 and 2^24 were not measured.
-constexpr int64_t kSumChunkedMin = int64_t{1} << 27;
+// The chunked cut is in bytes (2^27 four-byte elements), so INT64 and BFLOAT16 take chunked
+// where their streams are as long; the bytes are what its fixed cost is repaid over.
+constexpr uint64_t kSumChunkedMinBytes = uint64_t{1} << 29;
 constexpr int64_t kSumAtomicMaxInt32 = int64_t{1} << 22;
 absl::string_view ChooseSum(std::span<const TensorMeta> in, const Backend& backend) {
   const int64_t n = in[0].NumElements();
-  if (n >= kSumChunkedMin) return "chunked";
+  if (in[0].Bytes() >= kSumChunkedMinBytes) return "chunked";
   if (in[0].dtype == DType::kInt32 && n < kSumAtomicMaxInt32) return "one_pass_atomic";
   return "vectorized";
 }

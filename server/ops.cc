@@ -32,6 +32,19 @@ const OpSpec* FindOp(absl::string_view name) {
   return nullptr;
 }
 
+std::vector<DType> DTypesFor(absl::string_view op, const Backend& backend) {
+  std::vector<DType> out;
+  for (DType d : {DType::kFloat32, DType::kInt32, DType::kInt64, DType::kBFloat16}) {
+    for (const AlgoSpec* a : AlgorithmsFor(op, backend)) {
+      if (Accepts(*a, d)) {
+        out.push_back(d);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
 std::vector<const AlgoSpec*> AlgorithmsFor(absl::string_view op, const Backend& backend) {
   std::vector<const AlgoSpec*> out;
   for (const AlgoSpec& a : Algorithms()) {
@@ -50,6 +63,27 @@ const AlgoSpec* FindAlgorithm(absl::string_view op, absl::string_view name, cons
   return nullptr;
 }
 
+namespace {
+
+// The row that runs `a` on these inputs: `a` itself, or the fallback it names for shapes it does
+// not support (followed while rows keep falling back; the table has no cycles, but a bound keeps
+// a wrong row from looping).
+absl::StatusOr<const AlgoSpec*> WithFallback(const AlgoSpec* a, std::span<const TensorMeta> inputs,
+                                             const Backend& backend) {
+  for (int hops = 0; a->supports != nullptr && !a->supports(inputs); ++hops) {
+    const AlgoSpec* next = FindAlgorithm(a->op, a->fallback, backend);
+    if (next == nullptr || hops > 4 || !Accepts(*next, inputs[0].dtype)) {
+      return absl::InternalError(absl::StrCat("algorithm ", a->name, " falls back to ",
+                                              Quote(a->fallback), ", which cannot run ",
+                                              inputs[0].DebugString()));
+    }
+    a = next;
+  }
+  return a;
+}
+
+}  // namespace
+
 // Chooses the algorithm a node runs: the one named, or for "auto" the op's chooser or default.
 absl::StatusOr<const AlgoSpec*> ResolveAlgorithm(const OpSpec& op, std::span<const TensorMeta> inputs,
                                                  absl::string_view requested,
@@ -60,13 +94,13 @@ absl::StatusOr<const AlgoSpec*> ResolveAlgorithm(const OpSpec& op, std::span<con
     for (const AutoRule& rule : AutoRules()) {
       if (rule.op != op.name || rule.backend != backend.name()) continue;
       const AlgoSpec* a = FindAlgorithm(op.name, rule.choose(inputs, backend), backend);
-      if (a != nullptr && Accepts(*a, dtype)) return a;
+      if (a != nullptr && Accepts(*a, dtype)) return WithFallback(a, inputs, backend);
     }
     for (const AlgoSpec* a : algos) {
-      if (a->is_default && Accepts(*a, dtype)) return a;
+      if (a->is_default && Accepts(*a, dtype)) return WithFallback(a, inputs, backend);
     }
     for (const AlgoSpec* a : algos) {
-      if (Accepts(*a, dtype)) return a;
+      if (Accepts(*a, dtype)) return WithFallback(a, inputs, backend);
     }
     return absl::UnimplementedError(absl::StrCat("no algorithm of the ", backend.name(),
                                                  " backend runs ", DTypeName(dtype), " ",
@@ -87,7 +121,7 @@ absl::StatusOr<const AlgoSpec*> ResolveAlgorithm(const OpSpec& op, std::span<con
                                                  DTypeName(dtype), "; algorithms that do: ",
                                                  AlgorithmNames(ok)));
   }
-  return a;
+  return WithFallback(a, inputs, backend);
 }
 
 }  // namespace opserve

@@ -39,6 +39,13 @@ struct Cost {
   uint64_t flops = 0;
 };
 
+// What an op's output holds when an input has no elements: no kernel runs then, and the output
+// (which may still have elements, e.g. row_sum of [R, 0] or matmul of [M, 0] x [0, N]) is filled.
+enum class EmptyFill {
+  kZeros,  // every byte 0: the sum of nothing
+  kNaN,    // every byte 0xFF, a float32 NaN: the mean of nothing (numpy's answer)
+};
+
 struct OpSpec {
   absl::string_view name;
   absl::string_view description;
@@ -49,6 +56,7 @@ struct OpSpec {
   // and name the input and what was expected against what was received.
   absl::StatusOr<TensorMeta> (*infer)(std::span<const TensorMeta> inputs);
   Cost (*cost)(std::span<const TensorMeta> inputs, const TensorMeta& output);
+  EmptyFill empty_fill;
 };
 
 struct AlgoSpec {
@@ -61,6 +69,11 @@ struct AlgoSpec {
   bool is_default;                   // what "auto" runs when the op has no chooser
   int min_compute_capability;        // 0: any; 90: Hopper-only (bulk tensor copies, wgmma)
   absl::string_view description;
+  // Shapes the kernel cannot take (e.g. rows TMA cannot describe): when `supports` says no, the
+  // node runs `fallback`, another row of the same op, and reports it as the algorithm that ran.
+  // nullptr: every shape of the accepted dtypes.
+  bool (*supports)(std::span<const TensorMeta> inputs) = nullptr;
+  absl::string_view fallback = {};
 };
 
 // Picks the algorithm name for "auto" from the inputs (e.g. row_mean by shape).
@@ -77,13 +90,16 @@ std::span<const AlgoSpec> Algorithms();
 std::span<const AutoRule> AutoRules();
 
 const OpSpec* FindOp(absl::string_view name);
+// The input dtypes `backend` runs `op` for: the union of its algorithms' dtypes, in DType order.
+std::vector<DType> DTypesFor(absl::string_view op, const Backend& backend);
 // The algorithms of `op` that `backend` can run on a device of `compute_capability`.
 std::vector<const AlgoSpec*> AlgorithmsFor(absl::string_view op, const Backend& backend);
 const AlgoSpec* FindAlgorithm(absl::string_view op, absl::string_view name, const Backend& backend);
 
 // The algorithm a node of `op` runs on `backend`: the one `requested`, or for "" / "auto" the
-// op's AutoRule, else its default. UNIMPLEMENTED (listing what the backend has) when the
-// backend lacks it or it does not run the inputs' dtype.
+// op's AutoRule, else its default; then, where that row does not support the inputs' shape, its
+// fallback row. UNIMPLEMENTED (listing what the backend has) when the backend lacks it or it
+// does not run the inputs' dtype.
 absl::StatusOr<const AlgoSpec*> ResolveAlgorithm(const OpSpec& op, std::span<const TensorMeta> inputs,
                                                  absl::string_view requested, const Backend& backend);
 

@@ -138,7 +138,8 @@ grpc::ServerUnaryReactor* OpServeService::ListOps(grpc::CallbackServerContext* c
     v1::OpInfo* info = resp->add_ops();
     info->set_name(std::string(op.name));
     info->set_description(std::string(op.description));
-    for (DType d : op.dtypes) info->add_dtypes(static_cast<v1::DType>(d));
+    // Exactly what this backend runs: the union of its algorithms' dtypes.
+    for (DType d : DTypesFor(op.name, backend_)) info->add_dtypes(static_cast<v1::DType>(d));
     for (const AlgoSpec* a : algos) {
       v1::AlgorithmInfo* ai = info->add_algorithms();
       ai->set_name(std::string(a->name));
@@ -175,6 +176,11 @@ grpc::ServerUnaryReactor* OpServeService::Execute(grpc::CallbackServerContext* c
   if (absl::Status healthy = backend_.Healthy(); !healthy.ok()) {
     ReportUnhealthy();  // a transfer may have seen the failure first
     finish(healthy);
+    return reactor;
+  }
+  // A call that is already dead (its deadline passed in transit) neither plans nor queues.
+  if (absl::Status alive = CheckAlive(ctx); !alive.ok()) {
+    finish(alive);
     return reactor;
   }
   auto plan = BuildPlan(*req, backend_, store_, options_.limits, *ns);

@@ -49,10 +49,14 @@ absl::Status TensorStore::CheckFree(const std::string& name, bool overwrite,
 }
 
 absl::Status TensorStore::InsertAll(std::vector<StoredTensorPtr> tensors,
-                                    std::vector<bool> overwrite, const std::string& ns) {
+                                    std::vector<bool> overwrite, const std::string& ns,
+                                    const std::function<absl::Status()>& still_wanted) {
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (auto s = CheckFreeLocked({ns, tensors[i]->name}, overwrite[i]); !s.ok()) return s;
+  }
+  if (still_wanted) {
+    if (auto s = still_wanted(); !s.ok()) return s;
   }
   for (auto& t : tensors) tensors_[{ns, t->name}] = std::move(t);
   return absl::OkStatus();

@@ -4,6 +4,7 @@
 // because nothing is inserted until its bytes are complete.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -31,9 +32,12 @@ class TensorStore {
   absl::StatusOr<StoredTensorPtr> Get(const std::string& name, const std::string& ns = "") const;
   // Fails with ALREADY_EXISTS unless the name is free or `overwrite`.
   absl::Status CheckFree(const std::string& name, bool overwrite, const std::string& ns = "") const;
-  // Inserts all tensors or none: every name is checked before any is written.
+  // Inserts all tensors or none: every name is checked before any is written. `still_wanted`,
+  // when given, is asked last, under the store's lock: a request whose deadline passed or that was
+  // cancelled while it ran stores nothing, and no reader can see its outputs in between.
   absl::Status InsertAll(std::vector<StoredTensorPtr> tensors, std::vector<bool> overwrite,
-                         const std::string& ns = "");
+                         const std::string& ns = "",
+                         const std::function<absl::Status()>& still_wanted = nullptr);
   absl::StatusOr<StoredTensorPtr> Erase(const std::string& name, const std::string& ns = "");
   std::vector<StoredTensorPtr> List(const std::string& ns = "") const;
   size_t size() const;  // across namespaces

@@ -36,6 +36,10 @@ class CpuExecEnv final : public ExecEnv {
     std::memcpy(dst.data(), src, bytes);
     return absl::OkStatus();
   }
+  absl::Status Fill(Buffer& dst, uint8_t byte, uint64_t bytes) override {
+    std::memset(dst.data(), byte, bytes);
+    return absl::OkStatus();
+  }
   absl::StatusOr<void*> Scratch(uint64_t bytes) override {
     scratch_.emplace_back(new char[bytes]);
     return scratch_.back().get();

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "server/ops.h"
 
@@ -14,6 +15,15 @@ absl::Status RowSumReference(const KernelArgs& args);
 absl::Status RowMeanReference(const KernelArgs& args);
 absl::Status TransposeReference(const KernelArgs& args);
 absl::Status MatmulReference(const KernelArgs& args);
+
+// The exact int64 sum of n integers, wrapping modulo 2^64 on overflow (numpy's int64 sum): the
+// adds run in uint64, where wrapping is defined, not in int64, where overflow is undefined.
+template <typename T>
+int64_t ExactSum(const T* x, int64_t n) {
+  uint64_t s = 0;
+  for (int64_t i = 0; i < n; ++i) s += static_cast<uint64_t>(static_cast<int64_t>(x[i]));
+  return static_cast<int64_t>(s);
+}
 
 // bfloat16 is the top half of a float32.
 inline float Bf16ToFloat(uint16_t bits) {

@@ -315,6 +315,9 @@ class CudaExecEnv final : public ExecEnv {
     return backend_->Check(cudaMemcpyAsync(dst.data(), src, bytes, cudaMemcpyHostToDevice, stream_),
                            "inline upload");
   }
+  absl::Status Fill(Buffer& dst, uint8_t byte, uint64_t bytes) override {
+    return backend_->Check(cudaMemsetAsync(dst.data(), byte, bytes, stream_), "fill");
+  }
   absl::StatusOr<void*> Scratch(uint64_t bytes) override {
     ASSIGN_OR_RETURN(BufferPtr b, backend_->AllocateOn(bytes, stream_));
     scratch_.push_back(b);
@@ -356,6 +359,9 @@ class CudaExecEnv final : public ExecEnv {
   }
   void MarkStart(int i) override { cudaEventRecord(Events(i).first, stream_); }
   void MarkEnd(int i) override { cudaEventRecord(Events(i).second, stream_); }
+  absl::Status WaitNode(int i) override {
+    return backend_->Check(cudaEventSynchronize(Events(i).second), "device");
+  }
 
   absl::StatusOr<std::vector<double>> Finish(int num_nodes) override {
     // The request's one wait for the device.

@@ -5,6 +5,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <type_traits>
+
 #include "absl/strings/str_cat.h"
 #include "kernels/common.h"
 #include "server/ops.h"
@@ -31,26 +33,65 @@ absl::Status RunWithTemp(const KernelArgs& a, Launch launch) {
   return FromCuda(launch(d_temp, &temp_bytes), "launch");
 }
 
+// Calls the launcher overload for these pointer types if the kernel file has one. Rows list the
+// dtypes they run and validation refuses the others, so the UNIMPLEMENTED answer is a guard, not
+// a path a request takes.
+template <typename F, typename... Args>
+cudaError_t CallIfDeclared(F f, Args... args) {
+  if constexpr (std::is_invocable_v<F, Args...>) {
+    return f(args...);
+  } else {
+    return cudaErrorNotSupported;
+  }
+}
+
+// sum: FLOAT32 -> FLOAT32, BFLOAT16 -> FLOAT32, INT32 / INT64 -> INT64.
 template <typename F>
 absl::Status RunSum(const KernelArgs& a, F f) {
   const int64_t n = a.input_meta[0].NumElements();
+  const void* in = a.inputs[0];
   return RunWithTemp(a, [&](void* d_temp, size_t* bytes) {
-    if (a.input_meta[0].dtype == DType::kInt32) {
-      return f(d_temp, bytes, static_cast<const int32_t*>(a.inputs[0]),
-               static_cast<int64_t*>(a.output), n, Stream(a));
+    switch (a.input_meta[0].dtype) {
+      case DType::kInt32:
+        return CallIfDeclared(f, d_temp, bytes, static_cast<const int32_t*>(in),
+                              static_cast<int64_t*>(a.output), n, Stream(a));
+      case DType::kInt64:
+        return CallIfDeclared(f, d_temp, bytes, static_cast<const int64_t*>(in),
+                              static_cast<int64_t*>(a.output), n, Stream(a));
+      case DType::kBFloat16:
+        return CallIfDeclared(f, d_temp, bytes, static_cast<const kernels::bf16_bits*>(in),
+                              static_cast<float*>(a.output), n, Stream(a));
+      default:
+        return CallIfDeclared(f, d_temp, bytes, static_cast<const float*>(in),
+                              static_cast<float*>(a.output), n, Stream(a));
     }
-    return f(d_temp, bytes, static_cast<const float*>(a.inputs[0]), static_cast<float*>(a.output),
-             n, Stream(a));
+  });
+}
+
+// row_sum / row_mean: the output pointer type follows the op's output dtype (INT64 for integer
+// row sums, FLOAT32 otherwise: op_defs.cc).
+template <typename F, typename In>
+absl::Status RunRowReduceAs(const KernelArgs& a, bool mean, F f) {
+  const int64_t rows = a.input_meta[0].shape[0], cols = a.input_meta[0].shape[1];
+  const auto* in = static_cast<const In*>(a.inputs[0]);
+  return RunWithTemp(a, [&](void* d_temp, size_t* bytes) {
+    if (a.output_meta.dtype == DType::kInt64) {
+      return CallIfDeclared(f, d_temp, bytes, in, static_cast<int64_t*>(a.output), rows, cols,
+                            mean, Stream(a));
+    }
+    return CallIfDeclared(f, d_temp, bytes, in, static_cast<float*>(a.output), rows, cols, mean,
+                          Stream(a));
   });
 }
 
 template <typename F>
 absl::Status RunRowReduce(const KernelArgs& a, bool mean, F f) {
-  const int64_t rows = a.input_meta[0].shape[0], cols = a.input_meta[0].shape[1];
-  return RunWithTemp(a, [&](void* d_temp, size_t* bytes) {
-    return f(d_temp, bytes, static_cast<const float*>(a.inputs[0]), static_cast<float*>(a.output),
-             rows, cols, mean, Stream(a));
-  });
+  switch (a.input_meta[0].dtype) {
+    case DType::kInt32: return RunRowReduceAs<F, int32_t>(a, mean, f);
+    case DType::kInt64: return RunRowReduceAs<F, int64_t>(a, mean, f);
+    case DType::kBFloat16: return RunRowReduceAs<F, kernels::bf16_bits>(a, mean, f);
+    default: return RunRowReduceAs<F, float>(a, mean, f);
+  }
 }
 
 template <typename F>
@@ -80,11 +121,17 @@ absl::Status RunMatmul(const KernelArgs& a, F f) {
 }  // namespace opserve::cuda
 
 // Table-row helpers: a captureless lambda per algorithm, so each row stays one line.
-#define OPSERVE_CUDA_SUM(fn) \
-  [](const KernelArgs& a) { return cuda::RunSum(a, [](auto... x) { return kernels::fn(x...); }); }
-#define OPSERVE_CUDA_ROW(fn, mean)                                                    \
-  [](const KernelArgs& a) {                                                           \
-    return cuda::RunRowReduce(a, mean, [](auto... x) { return kernels::fn(x...); }); \
+// The launcher lambdas return decltype(...) so that a dtype the kernel file has no overload for
+// is seen by CallIfDeclared instead of failing the build.
+#define OPSERVE_CUDA_SUM(fn)                                                                 \
+  [](const KernelArgs& a) {                                                                  \
+    return cuda::RunSum(                                                                     \
+        a, [](auto... x) -> decltype(kernels::fn(x...)) { return kernels::fn(x...); });      \
+  }
+#define OPSERVE_CUDA_ROW(fn, mean)                                                           \
+  [](const KernelArgs& a) {                                                                  \
+    return cuda::RunRowReduce(                                                               \
+        a, mean, [](auto... x) -> decltype(kernels::fn(x...)) { return kernels::fn(x...); }); \
   }
 #define OPSERVE_CUDA_TRANSPOSE(fn)                                                       \
   [](const KernelArgs& a) {                                                              \

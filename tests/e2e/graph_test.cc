@@ -183,9 +183,9 @@ TEST_F(GraphTest, ListOps) {
   EXPECT_EQ(ops->backend(), "cpu");
   EXPECT_FALSE(ops->device().empty());
   const std::map<std::string, std::set<int>> want = {
-      {"sum", {v1::FLOAT32, v1::INT32}},
-      {"row_sum", {v1::FLOAT32}},
-      {"row_mean", {v1::FLOAT32}},
+      {"sum", {v1::FLOAT32, v1::INT32, v1::INT64, v1::BFLOAT16}},
+      {"row_sum", {v1::FLOAT32, v1::INT32, v1::INT64, v1::BFLOAT16}},
+      {"row_mean", {v1::FLOAT32, v1::INT32, v1::INT64, v1::BFLOAT16}},
       {"transpose", {v1::FLOAT32, v1::INT32, v1::INT64, v1::BFLOAT16}},
       {"matmul", {v1::FLOAT32, v1::BFLOAT16}},
   };

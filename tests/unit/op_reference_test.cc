@@ -225,18 +225,23 @@ AssertionResult MetaIs(const Tensor& out, const TensorMeta& want) {
                             << want.DebugString();
 }
 
-// sum: any rank to a scalar; INT32 exactly into INT64, FLOAT32 pairwise in FLOAT32.
+// The exact sum of integer elements [begin, end), wrapped to int64 as numpy's int64 sum wraps.
+int64_t WrappedSum(const Tensor& x, int64_t begin, int64_t end) {
+  __int128 want = 0;
+  for (int64_t i = begin; i < end; ++i) want += IntAt(x, i);
+  return static_cast<int64_t>(static_cast<uint64_t>(static_cast<unsigned __int128>(want)));
+}
+
+// sum: any rank to a scalar; INT32 and INT64 exactly into INT64 (wrapping), FLOAT32 and BFLOAT16
+// pairwise in FLOAT32.
 AssertionResult CheckSum(const std::vector<Tensor>& in, const Tensor& out, Inputs kind) {
   const Tensor& x = in[0];
   const int64_t n = x.meta.NumElements();
   if (IsInteger(x.meta.dtype)) {
     if (auto r = MetaIs(out, {DType::kInt64, {}}); !r) return r;
-    __int128 want = 0;
-    for (int64_t i = 0; i < n; ++i) want += IntAt(x, i);
+    const int64_t want = WrappedSum(x, 0, n);
     const int64_t got = Load<int64_t>(out, 0);
-    if (got != want) {
-      return AssertionFailure() << "sum = " << got << ", expected " << static_cast<int64_t>(want);
-    }
+    if (got != want) return AssertionFailure() << "sum = " << got << ", expected " << want;
     return AssertionSuccess();
   }
   if (auto r = MetaIs(out, {DType::kFloat32, {}}); !r) return r;
@@ -251,9 +256,30 @@ AssertionResult CheckSum(const std::vector<Tensor>& in, const Tensor& out, Input
   return Near("sum", 0, At(out, 0), want, tol);
 }
 
+// Integer rows: row_sum exactly into INT64 (wrapping); row_mean that sum divided, in FLOAT32.
+AssertionResult CheckIntegerRowReduce(const Tensor& x, const Tensor& out, bool mean) {
+  const int64_t rows = x.meta.shape[0], cols = x.meta.shape[1];
+  if (auto r = MetaIs(out, {mean ? DType::kFloat32 : DType::kInt64, {rows}}); !r) return r;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t sum = WrappedSum(x, r * cols, (r + 1) * cols);
+    if (!mean) {
+      if (Load<int64_t>(out, r) != sum) {
+        return AssertionFailure() << "row_sum[" << r << "] = " << Load<int64_t>(out, r)
+                                  << ", expected " << sum;
+      }
+      continue;
+    }
+    const double want = static_cast<double>(sum) / static_cast<double>(cols);
+    // One rounding to float32 after a float64 division of a float64-rounded sum.
+    if (auto res = Near("row_mean", r, At(out, r), want, 2 * kU * std::abs(want)); !res) return res;
+  }
+  return AssertionSuccess();
+}
+
 AssertionResult CheckRowReduce(const std::vector<Tensor>& in, const Tensor& out, Inputs kind,
                                bool mean) {
   const Tensor& x = in[0];
+  if (IsInteger(x.meta.dtype)) return CheckIntegerRowReduce(x, out, mean);
   const int64_t rows = x.meta.shape[0], cols = x.meta.shape[1];
   if (auto r = MetaIs(out, {DType::kFloat32, {rows}}); !r) return r;
   for (int64_t r = 0; r < rows; ++r) {
@@ -508,6 +534,12 @@ const std::vector<HandCase>& HandCases() {
        I64({}, {-6442450949})},
       {"i32_scalar", "sum", {I32({}, {7})}, I64({}, {7})},
       {"i32_mixed", "sum", {I32({5}, {1, -2, 3, -4, 100})}, I64({}, {98})},
+      {"i64_past_int32", "sum", {I64({3}, {int64_t{1} << 40, -5, int64_t{1} << 33})},
+       I64({}, {(int64_t{1} << 40) + (int64_t{1} << 33) - 5})},
+      // numpy: np.array([2**62, 2**62], np.int64).sum() == -2**63 (wraps, no error).
+      {"i64_wraps", "sum", {I64({2}, {int64_t{1} << 62, int64_t{1} << 62})},
+       I64({}, {std::numeric_limits<int64_t>::min()})},
+      {"bf16_vector", "sum", {Bf16({4}, {1, 2.5f, -0.5f, 4})}, F32({}, {7})},
       // row_sum / row_mean
       {"f32_2x3", "row_sum", {F32({2, 3}, {1, 2, 3, 4, 5, 6})}, F32({2}, {6, 15})},
       {"f32_1x1", "row_sum", {F32({1, 1}, {-3})}, F32({1}, {-3})},
@@ -515,6 +547,16 @@ const std::vector<HandCase>& HandCases() {
       {"f32_2x3", "row_mean", {F32({2, 3}, {1, 2, 3, 4, 5, 6})}, F32({2}, {2, 5})},
       {"f32_1x4", "row_mean", {F32({1, 4}, {1, 2, 3, 5})}, F32({1}, {2.75f})},
       {"f32_3x1", "row_mean", {F32({3, 1}, {1, -2, 3})}, F32({3}, {1, -2, 3})},
+      {"i32_2x2", "row_sum", {I32({2, 2}, {kI32Max, kI32Max, kI32Min, -1})},
+       I64({2}, {int64_t{2} * kI32Max, int64_t{kI32Min} - 1})},
+      {"i64_2x2", "row_sum", {I64({2, 2}, {int64_t{1} << 62, int64_t{1} << 62, 5, -7})},
+       I64({2}, {std::numeric_limits<int64_t>::min(), -2})},
+      {"bf16_2x2", "row_sum", {Bf16({2, 2}, {1, 2.5f, -0.5f, 4})}, F32({2}, {3.5f, 3.5f})},
+      // The sum is taken exactly before the division: (INT32_MAX + INT32_MAX) / 2, no overflow.
+      {"i32_1x2", "row_mean", {I32({1, 2}, {kI32Max, kI32Max})},
+       F32({1}, {static_cast<float>(kI32Max)})},
+      {"i64_2x4", "row_mean", {I64({2, 4}, {1, 2, 3, 4, -8, 0, 0, 2})}, F32({2}, {2.5f, -1.5f})},
+      {"bf16_1x4", "row_mean", {Bf16({1, 4}, {1, 2, 3, 5})}, F32({1}, {2.75f})},
       // transpose, every dtype
       {"f32_2x3", "transpose", {F32({2, 3}, {1, 2, 3, 4, 5, 6})}, F32({3, 2}, {1, 4, 2, 5, 3, 6})},
       {"f32_1x2", "transpose", {F32({1, 2}, {1, 3})}, F32({2, 1}, {1, 3})},

@@ -209,17 +209,20 @@ TEST_F(PlanErrorsTest, InputWithNoSource) {
   EXPECT_TRUE(StatusIs(BuildStatus(), absl::StatusCode::kInvalidArgument, {"'s'", "input 0"}));
 }
 
-TEST_F(PlanErrorsTest, DtypeMismatchRowSumOfInt32) {
-  AddNode(req_, "rs", "row_sum", {Stored("I")});
+// The reductions take every dtype; a rank they do not take names the input and its shape.
+TEST_F(PlanErrorsTest, RowSumOfARank1Tensor) {
+  AddInline(req_, "x", v1::INT64, {4});
+  AddNode(req_, "rs", "row_sum", {Inline("x")});
   EXPECT_TRUE(StatusIs(BuildStatus(), absl::StatusCode::kInvalidArgument,
-                       {"'rs'", "FLOAT32", "INT32[2,3]"}));
+                       {"'rs'", "rank 2", "INT64[4]"}));
 }
 
-TEST_F(PlanErrorsTest, DtypeMismatchSumOfInt64) {
-  AddInline(req_, "x", v1::INT64, {4});
-  AddNode(req_, "s", "sum", {Inline("x")});
-  EXPECT_TRUE(StatusIs(BuildStatus(), absl::StatusCode::kInvalidArgument,
-                       {"'s'", "FLOAT32 or INT32", "INT64[4]"}));
+// Integer row sums are exact: INT64 out.
+TEST_F(PlanErrorsTest, CpuRowSumOfInt32RunsAndIsInt64) {
+  AddNode(req_, "rs", "row_sum", {Stored("I")});
+  absl::StatusOr<Plan> plan = Build();
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->nodes[0].output.DebugString(), "INT64[2]");
 }
 
 TEST_F(PlanErrorsTest, DtypeMismatchMatmulOperands) {

@@ -1,0 +1,415 @@
+// The API's contract, on whatever backend $OPSERVE_TEST_DEVICE names (the CPU in `make test`,
+// the GPU in scripts/gpu-suite.sh):
+//  - every (op, algorithm, dtype) that ListOps lists runs and gives the right answer, and the
+//    op-level dtypes are exactly the union of the algorithms' dtypes;
+//  - tensors with a zero-length dimension work through every path, and no kernel runs on them;
+//  - a request that fails late (deadline during its last node, cancelled mid-graph, expired on
+//    arrival) stores nothing, and does not hold the device longer than the node it was running.
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "tests/e2e/e2e_fixture.h"
+
+namespace opserve::e2e {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Code = absl::StatusCode;
+
+double SecondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+constexpr v1::DType kAllDTypes[] = {v1::FLOAT32, v1::INT32, v1::INT64, v1::BFLOAT16};
+
+float Bf16ToFloat(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
+
+// An element as a double; INT64 values here stay far below 2^53, so the conversion is exact.
+double ElementAt(const client::HostTensor& t, int64_t i) {
+  switch (t.dtype) {
+    case v1::FLOAT32: return reinterpret_cast<const float*>(t.data.data())[i];
+    case v1::INT32: return reinterpret_cast<const int32_t*>(t.data.data())[i];
+    case v1::INT64: return static_cast<double>(reinterpret_cast<const int64_t*>(t.data.data())[i]);
+    case v1::BFLOAT16: return Bf16ToFloat(reinterpret_cast<const uint16_t*>(t.data.data())[i]);
+    default: return std::nan("");
+  }
+}
+double ElementAt(const v1::Tensor& t, int64_t i) {
+  client::HostTensor h;
+  h.dtype = t.dtype();
+  h.data = t.data();
+  return ElementAt(h, i);
+}
+
+// Values every dtype holds exactly and every summation order adds exactly: small nonzero integers
+// (bfloat16 holds integers up to 256 exactly; the sums below stay in float32's exact range).
+client::HostTensor SmallIntegers(v1::DType dtype, std::vector<int64_t> shape, std::mt19937_64& rng) {
+  client::HostTensor t;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  int64_t n = 1;
+  for (int64_t d : t.shape) n *= d;
+  t.data.resize(*client::ByteSize(dtype, t.shape));
+  std::uniform_int_distribution<int> v(-8, 8);
+  for (int64_t i = 0; i < n; ++i) {
+    int x = v(rng);
+    if (x == 0) x = 3;
+    switch (dtype) {
+      case v1::FLOAT32: reinterpret_cast<float*>(t.data.data())[i] = static_cast<float>(x); break;
+      case v1::INT32: reinterpret_cast<int32_t*>(t.data.data())[i] = x; break;
+      case v1::INT64: reinterpret_cast<int64_t*>(t.data.data())[i] = int64_t{x} << 33; break;
+      case v1::BFLOAT16: {
+        const uint32_t bits = std::bit_cast<uint32_t>(static_cast<float>(x));
+        reinterpret_cast<uint16_t*>(t.data.data())[i] = static_cast<uint16_t>(bits >> 16);
+        break;
+      }
+      default: break;
+    }
+  }
+  return t;
+}
+
+// The inputs each op is walked with: one past a warp in places, a 16-byte multiple in others.
+std::vector<std::vector<int64_t>> MatrixShapes(const std::string& op) {
+  if (op == "sum") return {{1000}};
+  if (op == "matmul") return {{5, 36}, {36, 7}};
+  return {{5, 37}};  // row_sum, row_mean, transpose
+}
+
+// The expected result in float64 (exact for these inputs, the mean up to one rounding).
+std::vector<double> Expected(const std::string& op, const std::vector<client::HostTensor>& in) {
+  const client::HostTensor& x = in[0];
+  std::vector<double> y;
+  if (op == "sum") {
+    double s = 0;
+    for (int64_t i = 0; i < x.shape[0]; ++i) s += ElementAt(x, i);
+    y.push_back(s);
+  } else if (op == "row_sum" || op == "row_mean") {
+    const int64_t rows = x.shape[0], cols = x.shape[1];
+    for (int64_t r = 0; r < rows; ++r) {
+      double s = 0;
+      for (int64_t c = 0; c < cols; ++c) s += ElementAt(x, r * cols + c);
+      y.push_back(op == "row_mean" ? s / cols : s);
+    }
+  } else if (op == "transpose") {
+    const int64_t rows = x.shape[0], cols = x.shape[1];
+    for (int64_t c = 0; c < cols; ++c) {
+      for (int64_t r = 0; r < rows; ++r) y.push_back(ElementAt(x, r * cols + c));
+    }
+  } else if (op == "matmul") {
+    const int64_t m = x.shape[0], k = x.shape[1], n = in[1].shape[1];
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double s = 0;
+        for (int64_t p = 0; p < k; ++p) s += ElementAt(x, i * k + p) * ElementAt(in[1], p * n + j);
+        y.push_back(s);
+      }
+    }
+  }
+  return y;
+}
+
+class ContractTest : public OpserveTest {};
+
+// Every pair ListOps lists runs, answers right, and reports an algorithm ListOps lists; a dtype
+// it does not list is refused. The op-level dtypes are the union of the algorithms' dtypes.
+TEST_F(ContractTest, EveryListedOpAlgorithmAndDtypeRuns) {
+  absl::StatusOr<v1::ListOpsResponse> ops = client().ListOps();
+  ASSERT_TRUE(ops.ok()) << ops.status();
+  int ran = 0;
+  for (const v1::OpInfo& op : ops->ops()) {
+    SCOPED_TRACE(op.name());
+    std::set<int> from_algorithms, names;
+    std::set<std::string> algorithm_names;
+    for (const v1::AlgorithmInfo& a : op.algorithms()) {
+      from_algorithms.insert(a.dtypes().begin(), a.dtypes().end());
+      algorithm_names.insert(a.name());
+    }
+    EXPECT_EQ(std::set<int>(op.dtypes().begin(), op.dtypes().end()), from_algorithms)
+        << "the op's dtypes are not the union of its algorithms' dtypes";
+    for (const v1::AlgorithmInfo& a : op.algorithms()) {
+      for (v1::DType dtype : kAllDTypes) {
+        SCOPED_TRACE(absl::StrCat(a.name(), " ", v1::DType_Name(dtype)));
+        const bool listed = std::find(a.dtypes().begin(), a.dtypes().end(), dtype) != a.dtypes().end();
+        v1::ExecuteRequest req;
+        std::vector<client::HostTensor> inputs;
+        std::vector<In> refs;
+        for (const auto& shape : MatrixShapes(op.name())) {
+          const std::string name = absl::StrCat("x", inputs.size());
+          inputs.push_back(SmallIntegers(dtype, shape, rng_));
+          AddInline(req, name, inputs.back());
+          refs.push_back(Inline(name));
+        }
+        AddNode(req, "n", op.name(), refs, a.name());
+        AddOutput(req, "n", true);
+        absl::StatusOr<v1::ExecuteResponse> resp = client().Execute(req);
+        if (!listed) {
+          ASSERT_FALSE(resp.ok()) << "ran a dtype ListOps does not list for it";
+          EXPECT_TRUE(resp.status().code() == Code::kUnimplemented ||
+                      resp.status().code() == Code::kInvalidArgument)
+              << resp.status();
+          continue;
+        }
+        ASSERT_TRUE(resp.ok()) << resp.status();
+        ++ran;
+        ASSERT_EQ(resp->nodes_size(), 1);
+        EXPECT_EQ(algorithm_names.count(resp->nodes(0).algorithm()), 1u)
+            << "reported algorithm " << resp->nodes(0).algorithm() << " is not listed";
+        const std::vector<double> want = Expected(op.name(), inputs);
+        const v1::Tensor& got = resp->outputs(0).tensor();
+        ASSERT_EQ(got.data().size() / (got.dtype() == v1::INT64 ? 8 : got.dtype() == v1::BFLOAT16 ? 2 : 4),
+                  want.size());
+        for (size_t i = 0; i < want.size(); ++i) {
+          const double g = ElementAt(got, static_cast<int64_t>(i));
+          // Exact inputs: only the mean's division rounds (once into float32).
+          ASSERT_NEAR(g, want[i], 1e-6 * std::abs(want[i])) << "element " << i;
+        }
+      }
+    }
+  }
+  EXPECT_GT(ran, 0);
+}
+
+// ---- empty tensors ----
+
+client::HostTensor EmptyTensor(v1::DType dtype, std::vector<int64_t> shape) {
+  client::HostTensor t;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  return t;
+}
+
+struct EmptyCase {
+  std::string op;
+  std::vector<std::vector<int64_t>> inputs;
+  std::vector<int64_t> out_shape;
+};
+
+TEST_F(ContractTest, EmptyTensorsRunEveryOpWithoutAKernel) {
+  const EmptyCase cases[] = {
+      {"sum", {{0}}, {}},
+      {"sum", {{3, 0, 2}}, {}},
+      {"row_sum", {{3, 0}}, {3}},
+      {"row_sum", {{0, 4}}, {0}},
+      {"row_mean", {{3, 0}}, {3}},
+      {"row_mean", {{0, 4}}, {0}},
+      {"transpose", {{0, 5}}, {5, 0}},
+      {"transpose", {{5, 0}}, {0, 5}},
+      {"matmul", {{3, 0}, {0, 4}}, {3, 4}},
+      {"matmul", {{0, 5}, {5, 4}}, {0, 4}},
+      {"matmul", {{3, 5}, {5, 0}}, {3, 0}},
+  };
+  absl::StatusOr<v1::ListOpsResponse> ops = client().ListOps();
+  ASSERT_TRUE(ops.ok()) << ops.status();
+  for (const v1::OpInfo& op : ops->ops()) {
+    for (const EmptyCase& c : cases) {
+      if (c.op != op.name()) continue;
+      for (int dtype : op.dtypes()) {
+        SCOPED_TRACE(absl::StrCat(c.op, " ", v1::DType_Name(dtype), " ", client::ShapeString(c.inputs[0])));
+        v1::ExecuteRequest req;
+        std::vector<In> refs;
+        for (size_t i = 0; i < c.inputs.size(); ++i) {
+          const std::string name = absl::StrCat("e", i);
+          int64_t n = 1;
+          for (int64_t d : c.inputs[i]) n *= d;
+          const auto dt = static_cast<v1::DType>(dtype);
+          AddInline(req, name, n == 0 ? EmptyTensor(dt, c.inputs[i]) : SmallIntegers(dt, c.inputs[i], rng_));
+          refs.push_back(Inline(name));
+        }
+        AddNode(req, "n", c.op, refs);
+        AddOutput(req, "n", true);
+        absl::StatusOr<v1::ExecuteResponse> resp = client().Execute(req);
+        ASSERT_TRUE(resp.ok()) << resp.status();
+        const v1::NodeResult& r = resp->nodes(0);
+        EXPECT_EQ(r.kernel_us(), 0.0) << "a kernel ran on zero elements";
+        EXPECT_FALSE(r.algorithm().empty());
+        EXPECT_NE(r.algorithm(), "auto");
+        const v1::Tensor& t = resp->outputs(0).tensor();
+        EXPECT_EQ(std::vector<int64_t>(t.shape().begin(), t.shape().end()), c.out_shape);
+        // What numpy answers: 0 for sums (INT64 0 for integers), NaN for means of nothing,
+        // zeros for a product over K = 0.
+        const bool integer_sum = (dtype == v1::INT32 || dtype == v1::INT64) &&
+                                 (c.op == "sum" || c.op == "row_sum");
+        if (integer_sum) EXPECT_EQ(t.dtype(), v1::INT64);
+        int64_t n = 1;
+        for (int64_t d : c.out_shape) n *= d;
+        for (int64_t i = 0; i < n; ++i) {
+          const double v = ElementAt(t, i);
+          if (c.op == "row_mean") {
+            EXPECT_TRUE(std::isnan(v)) << "element " << i << " = " << v;
+          } else {
+            EXPECT_EQ(v, 0.0) << "element " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Stored, returned, intermediate and store_as paths with an empty tensor.
+TEST_F(ContractTest, EmptyTensorsThroughTheStoreAndIntermediates) {
+  ASSERT_TRUE(client().PutTensor("E", EmptyTensor(v1::FLOAT32, {0, 6}), false).ok());
+  v1::ExecuteRequest req;
+  AddNode(req, "t", "transpose", {Stored("E")});         // [6, 0], an intermediate
+  AddNode(req, "rs", "row_sum", {Node("t")});           // [6] zeros
+  AddNode(req, "s", "sum", {Node("rs")});               // 0, over a non-empty input
+  AddOutput(req, "t", false, "ET");
+  AddOutput(req, "s", true);
+  absl::StatusOr<v1::ExecuteResponse> resp = client().Execute(req);
+  ASSERT_TRUE(resp.ok()) << resp.status();
+  ASSERT_EQ(resp->outputs_size(), 1);
+  EXPECT_EQ(ElementAt(resp->outputs(0).tensor(), 0), 0.0);
+  absl::StatusOr<client::HostTensor> et = client().GetTensor("ET");
+  ASSERT_TRUE(et.ok()) << et.status();
+  EXPECT_EQ(et->shape, (std::vector<int64_t>{6, 0}));
+  EXPECT_TRUE(et->data.empty());
+  absl::StatusOr<std::vector<v1::TensorInfo>> list = client().ListTensors();
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ(list->size(), 2u);
+  for (const v1::TensorInfo& info : *list) EXPECT_EQ(info.bytes(), 0u) << info.name();
+  ASSERT_TRUE(client().DeleteTensor("ET").ok());
+}
+
+// ---- failed requests change nothing, also when they fail late ----
+
+// A matmul of stored n x n operands slow enough (`seconds` or more) to fail inside: the
+// backend's slowest algorithm, grown until one node takes that long.
+struct SlowNode {
+  int64_t n = 0;
+  std::string algorithm;
+  double seconds = 0;  // one node, measured
+};
+
+absl::StatusOr<SlowNode> PrepareSlowNode(client::Client& c, double seconds, std::mt19937_64& rng) {
+  SlowNode s;
+  s.algorithm = OpserveTest::Device() == "cpu" ? "reference" : "naive";
+  const int64_t max_n = OpserveTest::Device() == "cpu" ? 1536 : 8192;
+  for (s.n = OpserveTest::Device() == "cpu" ? 192 : 1024;; s.n = std::min(max_n, s.n * 2)) {
+    absl::StatusOr<std::vector<float>> sums = StoreExactMatmulInputs(c, "slow_a", "slow_b", s.n, rng);
+    if (!sums.ok()) return sums.status();
+    v1::ExecuteRequest r;
+    AddNode(r, "m", "matmul", {Stored("slow_a"), Stored("slow_b")}, s.algorithm);
+    AddOutput(r, "m", false, "slow_c", /*overwrite=*/true);
+    for (int warm = 0; warm < 2; ++warm) {
+      absl::StatusOr<v1::ExecuteResponse> resp = c.Execute(r);
+      if (!resp.ok()) return resp.status();
+      s.seconds = resp->nodes(0).kernel_us() * 1e-6;
+    }
+    if (s.seconds >= seconds || s.n == max_n) return s;
+  }
+}
+
+v1::ExecuteRequest SlowChain(const SlowNode& s, int nodes, const std::string& store_as) {
+  v1::ExecuteRequest r;
+  for (int i = 0; i < nodes; ++i) {
+    AddNode(r, absl::StrCat("m", i), "matmul", {Stored("slow_a"), Stored("slow_b")}, s.algorithm);
+  }
+  AddOutput(r, absl::StrCat("m", nodes - 1), false, store_as);
+  return r;
+}
+
+// The time a small request takes end to end: how long the device stays busy with what came
+// before it.
+double SecondsOfASmallRequest(client::Client& c) {
+  v1::ExecuteRequest small;
+  AddInline(small, "x", F32({2}, {1.f, 2.f}));
+  AddNode(small, "s", "sum", {Inline("x")});
+  AddOutput(small, "s", true);
+  const auto start = Clock::now();
+  absl::StatusOr<v1::ExecuteResponse> r = c.Execute(small);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return SecondsSince(start);
+}
+
+bool IsStored(client::Client& c, const std::string& name) {
+  absl::StatusOr<std::vector<v1::TensorInfo>> list = c.ListTensors();
+  EXPECT_TRUE(list.ok()) << list.status();
+  if (!list.ok()) return true;
+  for (const v1::TensorInfo& t : *list) {
+    if (t.name() == name) return true;
+  }
+  return false;
+}
+
+// The deadline passes while the graph's only node runs: the node finishes on the device, but its
+// store_as output must not appear. (Before the commit checked the deadline, it did.)
+TEST_F(ContractTest, DeadlineDuringTheLastNodeStoresNothing) {
+  absl::StatusOr<SlowNode> slow = PrepareSlowNode(client(), 0.3, rng_);
+  ASSERT_TRUE(slow.ok()) << slow.status();
+  ASSERT_TRUE(client().PutTensor("keep", RandomTensor(v1::INT64, {1000}, rng_), false).ok());
+  const StoreSnapshot before = Snapshot(client());
+  const double deadline_s = slow->seconds / 3;
+  const absl::Status s =
+      client().Execute(SlowChain(*slow, 1, "OUT"), {.timeout = absl::Seconds(deadline_s)}).status();
+  EXPECT_TRUE(StatusIs(s, Code::kDeadlineExceeded)) << s;
+  // The worker is done with the node once a later request has been answered.
+  const double next_s = SecondsOfASmallRequest(client());
+  std::cout << "[ DEADLINE ] node " << slow->seconds << " s (n = " << slow->n << "), deadline "
+            << deadline_s << " s; the next request took " << next_s << " s" << std::endl;
+  EXPECT_LT(next_s, slow->seconds + 0.5) << "the next request waited for more than the node";
+  EXPECT_FALSE(IsStored(client(), "OUT")) << "the expired request stored its output";
+  EXPECT_TRUE(SameStore(before, Snapshot(client())));
+}
+
+// A client cancels during the second of four long nodes: nothing is stored, and the device
+// is free again within about one node (the running one; one more may be queued behind it).
+TEST_F(ContractTest, CancelMidGraphStoresNothingAndFreesTheDevice) {
+  absl::StatusOr<SlowNode> slow = PrepareSlowNode(client(), 0.25, rng_);
+  ASSERT_TRUE(slow.ok()) << slow.status();
+  const StoreSnapshot before = Snapshot(client());
+  constexpr int kNodes = 4;
+  const v1::ExecuteRequest chain = SlowChain(*slow, kNodes, "OUT");
+  grpc::ClientContext ctx;
+  v1::ExecuteResponse resp;
+  grpc::Status status;
+  std::atomic<bool> done{false};
+  std::thread call([&] {
+    status = stub().Execute(&ctx, chain, &resp);
+    done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::duration<double>(1.5 * slow->seconds));
+  const bool finished_early = done.load();
+  ctx.TryCancel();
+  const auto cancelled_at = Clock::now();
+  call.join();
+  ASSERT_FALSE(finished_early) << "the graph finished before it could be cancelled";
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED) << status.error_message();
+  const double next_s = SecondsOfASmallRequest(client());
+  const double since_cancel = SecondsSince(cancelled_at);
+  std::cout << "[ CANCEL   ] " << kNodes << " nodes of " << slow->seconds
+            << " s; a request sent after the cancel took " << next_s << " s" << std::endl;
+  // Running on: about 2.5 more nodes. Abandoned: the rest of the running node, and at most one
+  // node queued behind it.
+  EXPECT_LT(since_cancel, 2.0 * slow->seconds + 0.5) << "the device kept running the graph";
+  EXPECT_FALSE(IsStored(client(), "OUT")) << "the cancelled request stored its output";
+  EXPECT_TRUE(SameStore(before, Snapshot(client())));
+}
+
+// A deadline that has passed by the time the request arrives (a large inline upload outlasts a
+// short deadline): the server answers DEADLINE_EXCEEDED and neither plans nor runs it.
+TEST_F(ContractTest, DeadlinePassedOnArrivalRunsNothing) {
+  const StoreSnapshot before = Snapshot(client());
+  v1::ExecuteRequest req;
+  AddInline(req, "big", RandomTensor(v1::FLOAT32, {16 << 20}, rng_));  // 64 MiB
+  AddNode(req, "s", "sum", {Inline("big")});
+  AddOutput(req, "s", false, "OUT");
+  const absl::Status s = client().Execute(req, {.timeout = absl::Milliseconds(5)}).status();
+  EXPECT_TRUE(StatusIs(s, Code::kDeadlineExceeded)) << s;
+  EXPECT_LT(SecondsOfASmallRequest(client()), 1.0);
+  EXPECT_FALSE(IsStored(client(), "OUT"));
+  EXPECT_TRUE(SameStore(before, Snapshot(client())));
+  EXPECT_TRUE(Serving());
+}
+
+}  // namespace
+}  // namespace opserve::e2e

@@ -1,0 +1,131 @@
+// ResolveAlgorithm: `auto`, named algorithms, dtype refusals, and fallbacks. A row that cannot
+// take a shape names another row, and the node reports that row as the algorithm that ran. The
+// CUDA rows are in the table wherever the build has nvcc (CI included), so a Backend that says
+// "cuda" exercises them here without a GPU: resolution never touches the device.
+#include <gtest/gtest.h>
+
+#include "server/cpu/cpu_backend.h"
+#include "server/ops.h"
+
+namespace opserve {
+namespace {
+
+// A CUDA backend's identity without a device: enough for table lookups, nothing more.
+class TableOnlyCuda final : public Backend {
+ public:
+  explicit TableOnlyCuda(int cc) : cc_(cc) {}
+  std::string name() const override { return "cuda"; }
+  std::string device() const override { return "cuda:0"; }
+  std::string description() const override { return "table-only"; }
+  int compute_capability() const override { return cc_; }
+  int sm_count() const override { return 132; }
+  absl::StatusOr<BufferPtr> Allocate(uint64_t) override { return absl::UnimplementedError(""); }
+  absl::Status CopyOut(const Buffer&, uint64_t, void*, uint64_t) override {
+    return absl::UnimplementedError("");
+  }
+  std::unique_ptr<Uploader> NewUploader(BufferPtr) override { return nullptr; }
+  absl::StatusOr<std::unique_ptr<ExecEnv>> NewExecEnv() override {
+    return absl::UnimplementedError("");
+  }
+  MemoryStats Memory() const override { return {}; }
+
+ private:
+  int cc_;
+};
+
+bool HasCudaRows() {
+  for (const AlgoSpec& a : Algorithms()) {
+    if (a.backend == "cuda") return true;
+  }
+  return false;
+}
+
+absl::StatusOr<std::string> Resolve(const Backend& b, absl::string_view op, absl::string_view algo,
+                                    std::vector<TensorMeta> in) {
+  const OpSpec* spec = FindOp(op);
+  if (spec == nullptr) return absl::NotFoundError("op");
+  absl::StatusOr<const AlgoSpec*> a = ResolveAlgorithm(*spec, in, algo, b);
+  if (!a.ok()) return a.status();
+  return std::string((*a)->name);
+}
+
+TEST(Fallback, EveryFallbackNamesARowOfTheSameOpAndBackendThatTakesItsDtypes) {
+  for (const AlgoSpec& a : Algorithms()) {
+    if (a.supports == nullptr) {
+      EXPECT_TRUE(a.fallback.empty()) << a.op << "/" << a.name << " names a fallback but no test";
+      continue;
+    }
+    const AlgoSpec* to = nullptr;
+    for (const AlgoSpec& b : Algorithms()) {
+      if (b.op == a.op && b.backend == a.backend && b.name == a.fallback) to = &b;
+    }
+    ASSERT_NE(to, nullptr) << a.op << "/" << a.name << " falls back to unknown " << a.fallback;
+    EXPECT_LE(to->min_compute_capability, a.min_compute_capability) << a.name;
+    for (DType d : a.dtypes) {
+      EXPECT_NE(std::find(to->dtypes.begin(), to->dtypes.end(), d), to->dtypes.end())
+          << a.name << " -> " << to->name << " does not run " << DTypeName(d);
+    }
+  }
+}
+
+TEST(Fallback, TmaTransposeReportsSmemTiledWhereTmaCannotDescribeTheRows) {
+  if (!HasCudaRows()) GTEST_SKIP() << "built without CUDA: the table has no cuda rows";
+  TableOnlyCuda h100(90);
+  // 37 floats = 148 bytes a row: not a 16-byte multiple.
+  EXPECT_EQ(*Resolve(h100, "transpose", "tma", {{DType::kFloat32, {64, 37}}}), "smem_tiled");
+  EXPECT_EQ(*Resolve(h100, "transpose", "auto", {{DType::kFloat32, {64, 37}}}), "smem_tiled");
+  EXPECT_EQ(*Resolve(h100, "transpose", "tma", {{DType::kFloat32, {64, 36}}}), "tma");
+  EXPECT_EQ(*Resolve(h100, "transpose", "auto", {{DType::kBFloat16, {64, 64}}}), "tma");
+  // BFLOAT16 rows of 7 elements: 14 bytes.
+  EXPECT_EQ(*Resolve(h100, "transpose", "tma", {{DType::kBFloat16, {64, 7}}}), "smem_tiled");
+  // INT64: no TMA consumer; auto takes a row that runs it.
+  EXPECT_EQ(*Resolve(h100, "transpose", "auto", {{DType::kInt64, {64, 64}}}), "smem_tiled");
+  EXPECT_EQ(Resolve(h100, "transpose", "tma", {{DType::kInt64, {64, 64}}}).status().code(),
+            absl::StatusCode::kUnimplemented);
+}
+
+TEST(Fallback, Sm90aMatmulReportsTensorCoreOnShapesItDoesNotTake) {
+  if (!HasCudaRows()) GTEST_SKIP() << "built without CUDA: the table has no cuda rows";
+  TableOnlyCuda h100(90);
+  auto mm = [&](int64_t m, int64_t k, int64_t n, DType d = DType::kFloat32) {
+    return *Resolve(h100, "matmul", "tensor_core_sm90a", {{d, {m, k}}, {d, {k, n}}});
+  };
+  EXPECT_EQ(mm(2048, 512, 2048), "tensor_core_sm90a");
+  EXPECT_EQ(mm(4104, 1032, 4112, DType::kBFloat16), "tensor_core_sm90a");
+  EXPECT_EQ(mm(64, 64, 64), "tensor_core");          // K < 256 and few tiles
+  EXPECT_EQ(mm(4096, 1023, 4096), "tensor_core");    // rows of A not a 16-byte multiple
+  EXPECT_EQ(mm(4096, 1024, 4097), "tensor_core");    // rows of B not a 16-byte multiple
+  // tensor_core itself never turns into the sm90a kernel.
+  EXPECT_EQ(*Resolve(h100, "matmul", "tensor_core", {{DType::kFloat32, {2048, 512}},
+                                                     {DType::kFloat32, {512, 2048}}}),
+            "tensor_core");
+}
+
+TEST(Fallback, HopperRowsAreNotOfferedBelowSm90) {
+  if (!HasCudaRows()) GTEST_SKIP() << "built without CUDA: the table has no cuda rows";
+  TableOnlyCuda a100(80);
+  EXPECT_EQ(*Resolve(a100, "transpose", "auto", {{DType::kFloat32, {64, 64}}}), "smem_tiled");
+  EXPECT_EQ(Resolve(a100, "transpose", "tma", {{DType::kFloat32, {64, 64}}}).status().code(),
+            absl::StatusCode::kUnimplemented);
+}
+
+// The reductions' fast families run every dtype on CUDA; `auto` picks one that does.
+TEST(Resolve, AutoReductionsRunEveryDtypeOnCuda) {
+  if (!HasCudaRows()) GTEST_SKIP() << "built without CUDA: the table has no cuda rows";
+  TableOnlyCuda h100(90);
+  for (DType d : {DType::kFloat32, DType::kInt32, DType::kInt64, DType::kBFloat16}) {
+    SCOPED_TRACE(DTypeName(d));
+    for (int64_t n : {int64_t{1000}, int64_t{1} << 22, int64_t{1} << 28}) {
+      EXPECT_TRUE(Resolve(h100, "sum", "auto", {{d, {n}}}).ok()) << n;
+    }
+    for (auto shape : {std::vector<int64_t>{10, 2048}, {1 << 20, 64}, {8192, 8192}, {4096, 4096}}) {
+      EXPECT_TRUE(Resolve(h100, "row_sum", "auto", {{d, shape}}).ok());
+      EXPECT_TRUE(Resolve(h100, "row_mean", "auto", {{d, shape}}).ok());
+      EXPECT_TRUE(Resolve(h100, "row_mean", "cub_segmented", {{d, shape}}).ok());
+    }
+    EXPECT_TRUE(Resolve(h100, "sum", "cub", {{d, {1000}}}).ok());
+  }
+}
+
+}  // namespace
+}  // namespace opserve
