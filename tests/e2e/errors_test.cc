@@ -116,8 +116,8 @@ TEST_F(ErrorsTest, ExecuteErrorsEachGetTheirCodeAndTheServerKeepsServing) {
       Code::kInvalidArgument, {"'n1'", "'axis'"});
   add("wrong arity", req([](auto& r) { AddNode(r, "mm", "matmul", {Stored("A")}); }),
       Code::kInvalidArgument, {"'mm'", "expected 2", "got 1"});
-  add("dtype mismatch", req([](auto& r) { AddNode(r, "rs", "row_sum", {Stored("I")}); }),
-      Code::kInvalidArgument, {"'rs'", "FLOAT32", "INT32[2,3]"});
+  add("dtype mismatch", req([](auto& r) { AddNode(r, "mm", "matmul", {Stored("I"), Stored("I")}); }),
+      Code::kInvalidArgument, {"'mm'", "FLOAT32", "INT32[2,3]"});
   add("dtype mismatch between operands", req([](auto& r) {
         AddInline(r, "b16", v1::BFLOAT16, {3, 4});
         AddNode(r, "mm", "matmul", {Stored("A"), Inline("b16")});
@@ -265,12 +265,12 @@ TEST_F(ErrorsTest, TransferErrorsEachGetTheirCodeAndTheServerKeepsServing) {
        },
        Code::kInvalidArgument,
        {"'p'", "rank", "5"}},
-      {"put: zero dimension",
+      {"put: a zero dimension hiding a negative one",
        [&] {
-         return RawPut({Header("p", v1::FLOAT32, {3, 0})});
+         return RawPut({Header("p", v1::FLOAT32, {0, -3})});
        },
        Code::kInvalidArgument,
-       {"'p'", "got 0"}},
+       {"'p'", "got -3"}},
       {"put: negative dimension",
        [&] { return RawPut({Header("p", v1::FLOAT32, {-4})}); },
        Code::kInvalidArgument,

@@ -161,6 +161,51 @@ TEST_F(GpuServiceTest, FirstCublasMatmulOfAFreshServerIsWarm) {
   }
 }
 
+// Where a row does not take a shape, the node runs its fallback and the response, the metrics
+// label and the bench all name the fallback: the algorithm that ran, never the one asked for.
+TEST_F(GpuServiceTest, FallbacksReportTheAlgorithmThatRan) {
+  struct Case {
+    std::string op, algorithm;
+    std::vector<std::vector<int64_t>> shapes;
+    std::string reported;
+  };
+  const Case cases[] = {
+      {"transpose", "tma", {{300, 77}}, "smem_tiled"},    // 308-byte rows: TMA cannot describe
+      {"transpose", "tma", {{300, 76}}, "tma"},
+      {"matmul", "tensor_core_sm90a", {{64, 64}, {64, 64}}, "tensor_core"},  // K < 256
+      {"matmul", "tensor_core_sm90a", {{2048, 1023}, {1023, 2048}}, "tensor_core"},
+      {"matmul", "tensor_core_sm90a", {{2048, 512}, {512, 2048}}, "tensor_core_sm90a"},
+      {"matmul", "tensor_core", {{2048, 512}, {512, 2048}}, "tensor_core"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.op + "/" + c.algorithm);
+    v1::ExecuteRequest req;
+    std::vector<In> ins;
+    std::vector<client::HostTensor> hosts;
+    for (size_t i = 0; i < c.shapes.size(); ++i) {
+      hosts.push_back(RandomFloats(c.shapes[i], rng_));
+      AddInline(req, "x" + std::to_string(i), hosts.back());
+      ins.push_back(Inline("x" + std::to_string(i)));
+    }
+    AddNode(req, "n", c.op, ins, c.algorithm);
+    AddOutput(req, "n", true);
+    auto resp = client().Execute(req);
+    ASSERT_TRUE(resp.ok()) << resp.status();
+    EXPECT_EQ(resp->nodes(0).algorithm(), c.reported);
+    EXPECT_GT(resp->nodes(0).kernel_us(), 0);
+    if (c.op == "matmul") {  // the fallback computes the same product
+      const std::vector<double> want = MatmulRef(hosts[0], hosts[1]);
+      const std::vector<float> got = Floats(resp->outputs(0).tensor().data());
+      double diff = 0, norm = 0;
+      for (size_t i = 0; i < want.size(); ++i) {
+        diff += (got[i] - want[i]) * (got[i] - want[i]);
+        norm += want[i] * want[i];
+      }
+      EXPECT_LT(std::sqrt(diff / norm), 2e-3);
+    }
+  }
+}
+
 // An error on the GPU server is the same error, and the server keeps serving.
 TEST_F(GpuServiceTest, ErrorsKeepTheirCodes) {
   v1::ExecuteRequest req;

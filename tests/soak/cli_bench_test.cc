@@ -138,7 +138,7 @@ TEST_F(CliBench, GraphFileAsATable) {
 
 TEST_F(CliBench, RefusalsExitWithTheirStatus) {
   // The server rejects the graph: checked once before any level, exit 1.
-  EXPECT_EQ(RunCli({Target(), "bench", "--op=row_sum", "--dtype=int32", "--shape=4x4"}).exit_status,
+  EXPECT_EQ(RunCli({Target(), "bench", "--op=matmul", "--dtype=int32", "--shape=4x4"}).exit_status,
             1);
   // Off loopback without --allow_remote, and bad flag values: usage errors, exit 2.
   EXPECT_EQ(RunCli({"--target=192.0.2.1:50051", "bench", "--op=sum", "--shape=4"}).exit_status, 2);
