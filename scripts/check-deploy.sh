@@ -7,6 +7,8 @@
 #   dashboards  every Grafana panel's PromQL through `promtool check rules`, uids, variables,
 #               metric names (deploy/grafana/check_dashboards.py)
 #   compose     docker-compose config on deploy/docker/compose.yaml, both profiles
+#   dockerfile  deploy/docker/Dockerfile's stages, user and group, health check and library check,
+#               and deploy/docker/check-runtime-libs.sh run on stand-in binaries and libraries
 #   yamllint    yamllint -c deploy/.yamllint deploy
 #   kustomize   kubectl kustomize deploy/k8s, and the rendered objects' GPU, probes and ports
 # A missing tool is a failure, not a skip: CI installs them (apt: prometheus docker-compose
@@ -63,7 +65,7 @@ mutants=(
 
 check_mutants() {
   need promtool
-  local spec file from to survived=0 n=0
+  local spec file survived=0 n=0
   for spec in "${mutants[@]}"; do
     # Split on the first two '|' only: the regex mutants carry '|' in their texts.
     file="${spec%%|*}"
@@ -117,15 +119,71 @@ check_compose() {
     grep -qx prometheus "$tmp/services"
     grep -qx grafana "$tmp/services"
   done
-  # What the Dockerfile must keep: two stages from CUDA 13 on Ubuntu 24.04, a non-root user and a
-  # gRPC health check. (No engine here: the image itself is not built in CI.)
+  echo "compose: deploy/docker/compose.yaml valid for docker-compose $(docker-compose version --short)"
+}
+
+# Runs check-runtime-libs.sh $1 on cases it must pass and cases it must fail. The stand-ins are
+# copies of a library this host has, in directories the script is pointed at instead of the ld.so
+# cache (this host may have the real cuBLAS there); a copy whose DT_NEEDED entry for libc is
+# renamed is a library with a missing dependency, as ldd reports one ("not found", status 0).
+runtime_libs_behave() {
+  local script="$1" lib="$tmp/libs" good real bad=0
+  good="$(command -v bash)"
+  real="$(ldd "$good" | awk '$2 == "=>" && $3 ~ /^\// { print $3; exit }')"
+  [[ -n "$real" ]] || { echo "runtime libs: no shared library of $good to copy" >&2; return 1; }
+  rm -rf "$lib" && mkdir -p "$lib/cuda" "$lib/no-lt" "$lib/broken" "$lib/none"
+  cp "$real" "$lib/cuda/libcublas.so.13"
+  cp "$real" "$lib/cuda/libcublasLt.so.13"
+  cp "$real" "$lib/no-lt/libcublas.so.13"
+  "$py" - "$real" "$lib/missing-dep.so" <<'PY'
+import sys
+data = open(sys.argv[1], "rb").read()
+assert data.count(b"libc.so.6\0") == 1, "expected one libc.so.6 in the stand-in's strings"
+open(sys.argv[2], "wb").write(data.replace(b"libc.so.6\0", b"libQ.so.6\0"))
+PY
+  cp "$lib/missing-dep.so" "$lib/broken/libcublas.so.13"
+  cp "$real" "$lib/broken/libcublasLt.so.13"
+  printf 'not an ELF file\n' >"$lib/text"
+  # expect|case|where cuBLAS is|binaries
+  local cases=(
+    "pass|the binary and cuBLAS resolve|$lib/cuda|$good"
+    "fail|ldd fails on a binary (exit status 1, no \"not found\")|$lib/cuda|$good $lib/text"
+    "fail|a binary needs a library that is missing|$lib/cuda|$lib/missing-dep.so"
+    "fail|no libcublas.so.13|$lib/none|$good"
+    "fail|libcublas.so.13 without libcublasLt.so.13|$lib/no-lt|$good"
+    "fail|libcublas.so.13 needs a library that is missing|$lib/broken|$good"
+  )
+  local c expect what search binaries got
+  for c in "${cases[@]}"; do
+    IFS='|' read -r expect what search binaries <<<"$c"
+    got=fail
+    # shellcheck disable=SC2086  # $binaries is a list of paths without spaces
+    CHECK_LIBS_SEARCH_PATH="$search" sh "$script" $binaries >"$tmp/libs.log" 2>&1 && got=pass
+    if [[ "$got" != "$expect" ]]; then
+      echo "runtime libs: $what: expected $expect, got $got" >&2
+      cat "$tmp/libs.log" >&2
+      bad=$((bad + 1))
+    fi
+  done
+  echo "runtime libs: ${#cases[@]} cases, $bad wrong"
+  [[ $bad -eq 0 ]]
+}
+
+# The checks of Dockerfile $1 and its library check $2.
+dockerfile_ok() {
+  "$py" deploy/docker/check_docker.py dockerfile --dockerfile "$1" --libs-script "$2" &&
+    runtime_libs_behave "$2"
+}
+
+check_dockerfile() {
+  # Two stages from CUDA 13 on Ubuntu 24.04 and a gRPC health check; user, group and libraries
+  # are check_docker.py's. (No engine here: the image itself is not built in CI.)
   grep -Eq '^FROM nvidia/cuda:\$\{CUDA_VERSION\}-devel-ubuntu24.04 AS build' deploy/docker/Dockerfile
   grep -Eq '^FROM nvidia/cuda:\$\{CUDA_VERSION\}-runtime-ubuntu24.04' deploy/docker/Dockerfile
   grep -Eq '^ARG CUDA_VERSION=13\.' deploy/docker/Dockerfile
-  grep -Eq '^USER 10001' deploy/docker/Dockerfile
   grep -Eq '^HEALTHCHECK .*' deploy/docker/Dockerfile
   grep -Eq 'CMD \["opserve-cli", .*"health"\]' deploy/docker/Dockerfile
-  echo "compose: deploy/docker/compose.yaml valid for docker-compose $(docker-compose version --short)"
+  dockerfile_ok deploy/docker/Dockerfile deploy/docker/check-runtime-libs.sh
 }
 
 check_yamllint() {
@@ -177,11 +235,11 @@ sys.exit(1 if problems else 0)
 EOF
 }
 
-all=(prometheus mutants dashboards compose yamllint kustomize)
+all=(prometheus mutants dashboards compose dockerfile yamllint kustomize)
 (($# == 0)) && set -- "${all[@]}"
 for check in "$@"; do
   case "$check" in
-    prometheus | mutants | dashboards | compose | yamllint | kustomize)
+    prometheus | mutants | dashboards | compose | dockerfile | yamllint | kustomize)
       echo "== check-deploy: $check"
       "check_$check"
       ;;
