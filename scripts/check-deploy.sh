@@ -6,7 +6,9 @@
 #               fail: proof that the rule tests test something
 #   dashboards  every Grafana panel's PromQL through `promtool check rules`, uids, variables,
 #               metric names (deploy/grafana/check_dashboards.py)
-#   compose     docker-compose config on deploy/docker/compose.yaml, both profiles
+#   compose     docker-compose config on deploy/docker/compose.yaml, both profiles; on what it
+#               renders: ports on 127.0.0.1 unless OPSERVE_BIND_ADDR says otherwise, a stop grace
+#               period longer than the server's drain, --device=cuda for the GPU service
 #   dockerfile  deploy/docker/Dockerfile's stages, user and group, health check and library check,
 #               and deploy/docker/check-runtime-libs.sh run on stand-in binaries and libraries
 #   yamllint    yamllint -c deploy/.yamllint deploy
@@ -109,6 +111,19 @@ check_dashboards() {
   "$py" deploy/grafana/check_dashboards.py --repo "$repo"
 }
 
+# compose.yaml $1 rendered by docker-compose into $2.default.yaml (OPSERVE_BIND_ADDR unset: what a
+# user who did not ask for more gets) and $2.wide.yaml (OPSERVE_BIND_ADDR=0.0.0.0).
+render_compose() {
+  env -u OPSERVE_BIND_ADDR docker-compose -f "$1" config >"$2.default.yaml"
+  OPSERVE_BIND_ADDR=0.0.0.0 docker-compose -f "$1" config >"$2.wide.yaml"
+}
+
+# The checks of compose.yaml $1 on what docker-compose renders (see deploy/docker/check_docker.py).
+compose_ok() {
+  render_compose "$1" "$tmp/compose" &&
+    "$py" deploy/docker/check_docker.py compose "$tmp/compose.default.yaml" "$tmp/compose.wide.yaml"
+}
+
 check_compose() {
   need docker-compose
   local profile
@@ -119,6 +134,7 @@ check_compose() {
     grep -qx prometheus "$tmp/services"
     grep -qx grafana "$tmp/services"
   done
+  compose_ok deploy/docker/compose.yaml
   echo "compose: deploy/docker/compose.yaml valid for docker-compose $(docker-compose version --short)"
 }
 

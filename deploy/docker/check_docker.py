@@ -1,6 +1,15 @@
 #!/usr/bin/env python3
-"""Checks deploy/docker without a container engine (python3 standard library only).
+"""Checks deploy/docker without a container engine (python3 and python3-yaml).
 
+  check_docker.py compose DEFAULT.yaml WIDE.yaml [--repo DIR]
+      DEFAULT.yaml and WIDE.yaml are `docker-compose config` of compose.yaml rendered with
+      OPSERVE_BIND_ADDR unset and with OPSERVE_BIND_ADDR=0.0.0.0. Checks:
+      - every published port binds 127.0.0.1 by default, and OPSERVE_BIND_ADDR moves every one
+        of them (the documented way to publish wider);
+      - every opserve service's stop_grace_period (Docker's default is 10 s) exceeds the
+        --shutdown_grace_seconds it is started with (the default read from server/main.cc) by at
+        least STOP_MARGIN_S, the time left for the teardown after the drain;
+      - the service that reserves a GPU runs --device=cuda (or cuda:N), never auto or cpu.
   check_docker.py dockerfile [--repo DIR] [--dockerfile FILE] [--libs-script FILE]
       Checks the runtime stage of the Dockerfile (default deploy/docker/Dockerfile):
       - the group is created with an explicit gid before the user, the user gets that gid, no
@@ -21,6 +30,94 @@ import os
 import re
 import shlex
 import sys
+
+import yaml
+
+# Time after the drain's deadline for cancelling the calls left, stopping the device worker and
+# releasing the GPU, before Docker's SIGKILL.
+STOP_MARGIN_S = 5
+LOCALHOST = "127.0.0.1"
+WIDE = "0.0.0.0"
+
+
+def duration_seconds(text):
+    """A Compose duration ("45s", "1m30s", "1.5s", "500ms") in seconds."""
+    units = {"h": 3600, "m": 60, "s": 1, "ms": 1e-3, "us": 1e-6}
+    parts = re.findall(r"(\d+(?:\.\d+)?)(h|ms|us|m|s)", str(text))
+    if not parts or "".join(n + u for n, u in parts) != str(text):
+        raise ValueError(f"not a Compose duration: {text!r}")
+    return sum(float(n) * units[u] for n, u in parts)
+
+
+def host_ips(ports):
+    """The host address of each published port, None where none is given (every interface)."""
+    ips = []
+    for port in ports or []:
+        if isinstance(port, dict):
+            ips.append(port.get("host_ip"))
+        else:
+            # "[ip:]published:target[/proto]", or just "target" (a random host port).
+            fields = str(port).split("/")[0].rsplit(":", 2)
+            ips.append(fields[0] if len(fields) == 3 else None)
+    return ips
+
+
+def flag_value(command, flag):
+    """The value of --flag=VALUE or --flag VALUE in command (the last one wins, as in Abseil)."""
+    value = None
+    for i, arg in enumerate(command):
+        if arg.startswith(f"--{flag}="):
+            value = arg.split("=", 1)[1]
+        elif arg == f"--{flag}" and i + 1 < len(command):
+            value = command[i + 1]
+    return value
+
+
+def default_grace_seconds(repo):
+    main_cc = open(os.path.join(repo, "server/main.cc")).read()
+    match = re.search(r"ABSL_FLAG\(int, shutdown_grace_seconds, (\d+),", main_cc)
+    if not match:
+        raise SystemExit("server/main.cc: no ABSL_FLAG(int, shutdown_grace_seconds, ...)")
+    return int(match.group(1))
+
+
+def reserves_gpu(service):
+    reservations = service.get("deploy", {}).get("resources", {}).get("reservations", {})
+    devices = reservations.get("devices", [])
+    return any(d.get("driver") == "nvidia" or "gpu" in d.get("capabilities", []) for d in devices)
+
+
+def check_compose(default_path, wide_path, repo):
+    problems = []
+    default = yaml.safe_load(open(default_path))["services"]
+    wide = yaml.safe_load(open(wide_path))["services"]
+    grace_default = default_grace_seconds(repo)
+    opserve_services = 0
+    for name, service in sorted(default.items()):
+        for ip, wide_ip in zip(host_ips(service.get("ports")), host_ips(wide[name].get("ports"))):
+            if ip != LOCALHOST:
+                problems.append(f"{name}: a port binds {ip or 'every interface'}, not {LOCALHOST}")
+            elif wide_ip != WIDE:
+                problems.append(f"{name}: a port stays on {wide_ip} with OPSERVE_BIND_ADDR={WIDE}")
+        if service.get("image", "").split(":")[0] != "opserve":
+            continue
+        opserve_services += 1
+        command = [str(arg) for arg in service.get("command", [])]
+        grace = int(flag_value(command, "shutdown_grace_seconds") or grace_default)
+        stop = duration_seconds(service.get("stop_grace_period", "10s"))
+        if stop < grace + STOP_MARGIN_S:
+            problems.append(f"{name}: stop_grace_period {stop:g} s leaves less than {STOP_MARGIN_S} s "
+                            f"after a drain of --shutdown_grace_seconds={grace}")
+        device = flag_value(command, "device") or "auto"
+        if reserves_gpu(service) and not re.fullmatch(r"cuda(:\d+)?", device):
+            problems.append(f"{name}: reserves a GPU but runs --device={device}: a broken GPU would "
+                            "serve on the CPU backend instead of failing")
+    if opserve_services < 2:
+        problems.append(f"{opserve_services} opserve services (image opserve:...), "
+                        "expected the GPU and CPU ones")
+    if not any(reserves_gpu(s) for s in default.values()):
+        problems.append("no service reserves a GPU")
+    return problems
 
 
 def instructions(dockerfile):
@@ -143,14 +240,20 @@ def check_dockerfile(repo, path, libs_script):
 def main():
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["dockerfile"])
+    parser.add_argument("what", choices=["compose", "dockerfile"])
+    parser.add_argument("rendered", nargs="*", help="compose: the default and the wide rendering")
     parser.add_argument("--repo", default=os.path.join(os.path.dirname(__file__), "..", ".."))
     parser.add_argument("--dockerfile", help="default: deploy/docker/Dockerfile of the repo")
     parser.add_argument("--libs-script", help="default: deploy/docker/check-runtime-libs.sh of the repo")
     args = parser.parse_args()
-    docker = os.path.join(args.repo, "deploy/docker")
-    problems = check_dockerfile(args.repo, args.dockerfile or os.path.join(docker, "Dockerfile"),
-                                args.libs_script or os.path.join(docker, "check-runtime-libs.sh"))
+    if args.what == "compose":
+        if len(args.rendered) != 2:
+            parser.error("compose needs DEFAULT.yaml and WIDE.yaml")
+        problems = check_compose(*args.rendered, args.repo)
+    else:
+        docker = os.path.join(args.repo, "deploy/docker")
+        problems = check_dockerfile(args.repo, args.dockerfile or os.path.join(docker, "Dockerfile"),
+                                    args.libs_script or os.path.join(docker, "check-runtime-libs.sh"))
     for problem in problems:
         print("FAIL", problem)
     print(f"check_docker {args.what}: {len(problems)} problem(s)")
