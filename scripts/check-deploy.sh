@@ -11,6 +11,8 @@
 #               period longer than the server's drain, --device=cuda for the GPU service
 #   dockerfile  deploy/docker/Dockerfile's stages, user and group, health check and library check,
 #               and deploy/docker/check-runtime-libs.sh run on stand-in binaries and libraries
+#   docker_mutants  each of a list of small wrong edits to deploy/docker must make the compose or
+#               dockerfile checks fail
 #   yamllint    yamllint -c deploy/.yamllint deploy
 #   kustomize   kubectl kustomize deploy/k8s, and the rendered objects' GPU, probes and ports
 # A missing tool is a failure, not a skip: CI installs them (apt: prometheus docker-compose
@@ -202,6 +204,61 @@ check_dockerfile() {
   dockerfile_ok deploy/docker/Dockerfile deploy/docker/check-runtime-libs.sh
 }
 
+# Each mutant: file (under deploy/docker) => the exact text => its replacement ("\n" a newline).
+# Each undoes one of the fixes the compose and dockerfile checks stand for.
+# shellcheck disable=SC2016  # the texts are the files' own: their $ are not this script's
+docker_mutants=(
+  'compose.yaml => stop_grace_period: 45s => stop_grace_period: 30s'
+  'compose.yaml =>   stop_grace_period: 45s\n => '
+  'compose.yaml => "--device=cpu", "--shutdown_grace_seconds=30" => "--device=cpu", "--shutdown_grace_seconds=60"'
+  'compose.yaml => "--device=cuda" => "--device=auto"'
+  'compose.yaml => "--metrics_port=9464", "--device=cuda", => "--metrics_port=9464",'
+  'compose.yaml => "${OPSERVE_BIND_ADDR:-127.0.0.1}:3000:3000" => "3000:3000"'
+  'compose.yaml => ${OPSERVE_BIND_ADDR:-127.0.0.1}:9464 => ${OPSERVE_BIND_ADDR:-0.0.0.0}:9464'
+  'compose.yaml => "${OPSERVE_BIND_ADDR:-127.0.0.1}:9090:9090" => "127.0.0.1:9090:9090"'
+  'Dockerfile => groupadd --system --gid 10001 opserve => groupadd --system opserve'
+  'Dockerfile => groupadd --system --gid 10001 opserve => true'
+  'Dockerfile => --uid 10001 --gid 10001 => --uid 10001 --user-group'
+  'Dockerfile => USER 10001:10001 => USER 10001'
+  'Dockerfile => --home-dir /home/opserve --create-home => --no-create-home'
+  'Dockerfile => RUN sh /usr/local/libexec/check-runtime-libs.sh /usr/local/bin/opserve /usr/local/bin/opserve-cli => RUN ! ldd /usr/local/bin/opserve /usr/local/bin/opserve-cli | grep "not found"'
+  'check-runtime-libs.sh => || fail "ldd $1 failed: $out" => || true'
+  'check-runtime-libs.sh => libcublas.so.13 libcublasLt.so.13 => libcublas.so.12 libcublasLt.so.12'
+  'check-runtime-libs.sh =>   resolved_libs "$path"\n => '
+)
+
+check_docker_mutants() {
+  need docker-compose
+  local spec run m="$tmp/mutant-docker" survived=0 n=0
+  for spec in "${docker_mutants[@]}"; do
+    rm -rf "$m" && mkdir -p "$m/deploy" && cp -r deploy/docker "$m/deploy/docker"
+    # The texts are literal; python fails if the text is not there (a stale mutant must be
+    # updated, not pass).
+    "$py" - "$m/deploy/docker" "$spec" <<'PY' || return 1
+import sys
+folder, spec = sys.argv[1], sys.argv[2].replace("\\n", "\n")
+name, old, new = spec.split(" => ")
+path = f"{folder}/{name}"
+text = open(path).read()
+if old not in text:
+    sys.exit(f"mutant text not found in {path}: {old!r}")
+open(path, "w").write(text.replace(old, new))
+PY
+    n=$((n + 1))
+    if [[ "$spec" == compose.yaml* ]]; then
+      run=(compose_ok "$m/deploy/docker/compose.yaml")
+    else
+      run=(dockerfile_ok "$m/deploy/docker/Dockerfile" "$m/deploy/docker/check-runtime-libs.sh")
+    fi
+    if "${run[@]}" >"$tmp/mutant.log" 2>&1; then
+      echo "SURVIVED: $spec" >&2
+      survived=$((survived + 1))
+    fi
+  done
+  echo "docker mutants: $n applied, $((n - survived)) caught by the compose and dockerfile checks, $survived survived"
+  [[ $survived -eq 0 ]]
+}
+
 check_yamllint() {
   need yamllint
   yamllint --strict -c deploy/.yamllint deploy
@@ -251,11 +308,11 @@ sys.exit(1 if problems else 0)
 EOF
 }
 
-all=(prometheus mutants dashboards compose dockerfile yamllint kustomize)
+all=(prometheus mutants dashboards compose dockerfile docker_mutants yamllint kustomize)
 (($# == 0)) && set -- "${all[@]}"
 for check in "$@"; do
   case "$check" in
-    prometheus | mutants | dashboards | compose | dockerfile | yamllint | kustomize)
+    prometheus | mutants | dashboards | compose | dockerfile | docker_mutants | yamllint | kustomize)
       echo "== check-deploy: $check"
       "check_$check"
       ;;
