@@ -269,6 +269,7 @@ check_kustomize() {
   need kubectl
   kubectl kustomize deploy/k8s >"$tmp/k8s.yaml"
   "$py" - "$tmp/k8s.yaml" <<'EOF'
+import re
 import sys
 import yaml
 
@@ -291,6 +292,17 @@ if not problems:
         p = c.get(probe, {})
         check(p.get("grpc", {}).get("port") == ports.get("grpc"), f"{probe} is not gRPC on the gRPC port")
     check(pod["securityContext"].get("runAsNonRoot") is True, "pod may run as root")
+    # The kubelet's SIGKILL must come after the server's drain, with time for the teardown (the
+    # margin of deploy/docker/check_docker.py); a GPU pod must not fall back to the CPU backend.
+    flags = dict(a[2:].split("=", 1) for a in c.get("args", []) if a.startswith("--") and "=" in a)
+    main_cc = open("server/main.cc").read()
+    grace = int(flags.get("shutdown_grace_seconds") or
+                re.search(r"ABSL_FLAG\(int, shutdown_grace_seconds, (\d+),", main_cc).group(1))
+    kill_after = pod.get("terminationGracePeriodSeconds", 30)
+    check(kill_after >= grace + 5,
+          f"terminationGracePeriodSeconds {kill_after} leaves less than 5 s after a {grace} s drain")
+    check(re.fullmatch(r"cuda(:\d+)?", flags.get("device", "auto")),
+          f"a GPU pod runs --device={flags.get('device', 'auto')}, not cuda")
     check(svc["spec"].get("clusterIP") == "None", "Service is not headless")
     check({p["name"] for p in svc["spec"]["ports"]} >= {"grpc", "metrics"}, "Service ports")
     sel = svc["spec"]["selector"]
