@@ -98,9 +98,9 @@ const MalformedKind kKinds[] = {
     {"put_empty_stream", Code::kInvalidArgument, [](MalformedContext& c) { return RawPut(c, {}); }},
     {"put_message_without_kind", Code::kInvalidArgument,
      [](MalformedContext& c) { return RawPut(c, {v1::PutTensorRequest()}); }},
-    {"put_zero_dimension", Code::kInvalidArgument,
+    {"put_zero_dimension_hiding_a_negative", Code::kInvalidArgument,
      [](MalformedContext& c) {
-       return RawPut(c, {Header(Bad(c, "p"), v1::FLOAT32, {4, 0})});
+       return RawPut(c, {Header(Bad(c, "p"), v1::FLOAT32, {0, -4})});
      }},
     {"put_negative_dimension", Code::kInvalidArgument,
      [](MalformedContext& c) {
@@ -201,8 +201,10 @@ const MalformedKind kKinds[] = {
      [](MalformedContext& c) { return Execute(c, Valid("matmul")); }},
     {"exec_dtype_the_op_refuses", Code::kInvalidArgument,
      [](MalformedContext& c) {
-       v1::ExecuteRequest r = Valid("row_sum");
-       AddInline(r, "x", v1::INT32, {4, 8});
+       v1::ExecuteRequest r;
+       AddNode(r, "n", "matmul", {{In::kInline, "x"}, {In::kInline, "x"}});
+       AddInline(r, "x", v1::INT32, {4, 4});
+       AddOutput(r, "n", true);
        return Execute(c, r);
      }},
     {"exec_wrong_rank", Code::kInvalidArgument,
