@@ -44,9 +44,10 @@ template <typename In>
 inline constexpr int64_t kShortMaxCols = int64_t{kWarpSize} * row_reduce::kLanes<In>;
 
 // Short path, rows in flight per lane: 4, each one 16-byte vector (4 registers) when aligned, or
-// its kLanes elements in one register each when not. 2-byte elements unaligned would take 8
-// registers a row, so they keep 2 rows, which holds a tile to the same 16 registers (two tiles
-// are live while the pipeline runs, under the 64-register cap).
+// its kLanes elements when not (4 registers for float / int32 / int64: a register a 4-byte
+// element, two an 8-byte one). Unaligned bf16 would take 8 registers a row, a register per
+// element, so it keeps 2 rows, which holds a tile to the same 16 registers (two tiles are live
+// while the pipeline runs, under the 64-register cap).
 template <typename In, bool kAligned>
 inline constexpr int kRowsPerLane = (!kAligned && sizeof(In) < 4) ? 2 : 4;
 
