@@ -3,16 +3,21 @@
 //
 // Persistent grid (a few blocks per SM); each warp walks its own share of the rows, so no block
 // barrier or shared memory is involved, only shuffles. Two shapes of work:
-//   - rows of at most kShortMaxCols floats: a group of kGroup lanes per row (kGroup = the power of
-//     two >= cols / 4, so one float4 per lane covers the row), 32 / kGroup rows per warp at a
-//     time, and kRowsPerLane such rows per lane loaded before any is added; the next tile's loads
-//     are issued before the current tile is reduced (software pipelining). Rows that are 16-byte
-//     aligned (cols % 4 == 0 and an aligned base) use float4 loads; others use 4 scalar loads per
-//     lane and row. E.g. cols = 64: 16 lanes per row, 2 rows per warp-load of 512 contiguous
-//     bytes, 4 to 8 16-byte loads in flight per lane.
+//   - rows of at most 512 bytes (kShortMaxCols: 128 floats or int32, 256 bf16, 64 int64): a group
+//     of kGroup lanes per row (kGroup = the power of two >= the row's 16-byte vectors, so one
+//     16-byte vector per lane covers the row), 32 / kGroup rows per warp at a time, and
+//     kRowsPerLane such rows per lane loaded before any is added; the next tile's loads are
+//     issued before the current tile is reduced (software pipelining). Rows that are 16-byte
+//     aligned (cols a whole number of vectors and an aligned base) use 16-byte loads; others use
+//     one scalar load per element (a vector's worth per lane and row). E.g. 64 floats: 16 lanes
+//     per row, 2 rows per warp-load of 512 contiguous bytes, 4 to 8 16-byte loads in flight per
+//     lane.
 //   - longer rows: the whole warp per row, 16-byte loads kUnroll deep (scalar head and tail up to
 //     the first and from the last 16-byte boundary).
+// Accumulation in float (FLOAT32, BFLOAT16) or int64 (INT32, INT64: exact).
 // Deterministic: each row's order of additions depends only on cols.
+#include <cuda_bf16.h>
+
 #include <cstdint>
 
 #include "kernels/row_reduce.h"
@@ -30,84 +35,111 @@ constexpr int kWarpsPerBlock = kThreads / kWarpSize;
 // dispatch does; kMinBlocksPerSm if that fails): rows are dealt out evenly across the grid, so a
 // grid larger than what fits would leave a thin second wave.
 constexpr int kMinBlocksPerSm = 4;
-constexpr int64_t kShortMaxCols = 4 * kWarpSize;  // 128: one float4 per lane of a full warp
-constexpr int kRowsPerLane = 4;                   // short path: rows in flight per lane
-constexpr int kUnroll = 8;                        // long path: float4 loads in flight per lane
+constexpr int kUnroll = 8;  // long path: 16-byte loads in flight per lane
 static_assert(kThreads % kWarpSize == 0, "whole warps");
-static_assert(kRowsPerLane >= 1 && kUnroll >= 1, "at least one load in flight");
+static_assert(kUnroll >= 1, "at least one load in flight");
 
-// Short rows (cols <= 4 * kGroup). Warp tile = kRowsPerLane * (32 / kGroup) consecutive rows;
+// Short path: rows of at most one 16-byte vector per lane of a warp.
+template <typename In>
+inline constexpr int64_t kShortMaxCols = int64_t{kWarpSize} * row_reduce::kLanes<In>;
+
+// Short path, rows in flight per lane: 4, each one 16-byte vector (4 registers) when aligned, or
+// its kLanes elements when not (4 registers for float / int32 / int64: a register a 4-byte
+// element, two an 8-byte one). Unaligned bf16 would take 8 registers a row, a register per
+// element, so it keeps 2 rows, which holds a tile to the same 16 registers (two tiles are live
+// while the pipeline runs, under the 64-register cap).
+template <typename In, bool kAligned>
+inline constexpr int kRowsPerLane = (!kAligned && sizeof(In) < 4) ? 2 : 4;
+
+// Short rows (cols <= kLanes * kGroup). Warp tile = kRowsPerLane * (32 / kGroup) consecutive rows;
 // for each u, the warp's groups take consecutive rows, so a warp-wide load covers contiguous
-// memory. Each lane holds its kRowsPerLane rows' values as float4 (aligned rows: one 16-byte load;
-// others: 4 scalar loads into x, y, z, w).
-template <int kGroup>
-struct GroupTile {
-  float4 v[kRowsPerLane];
+// memory. Each lane holds, per row, one 16-byte vector (aligned rows) or kLanes scalars at
+// columns rank, rank + kGroup, ... (others).
+template <typename In, bool kAligned>
+struct GroupTile;
+template <typename In>
+struct GroupTile<In, true> {
+  row_reduce::VecT<In> v[kRowsPerLane<In, true>];
+};
+template <typename In>
+struct GroupTile<In, false> {
+  In x[kRowsPerLane<In, false>][row_reduce::kLanes<In>];
 };
 
 // Issues the loads of `tile` (rows past the end read nothing and hold zeros). Only issues them:
 // nothing here waits for the data, so the caller can reduce another tile while they fly.
-template <int kGroup, bool kAligned>
-__device__ __forceinline__ void LoadGroupTile(GroupTile<kGroup>& t, const float* __restrict__ d_in,
-                                              int64_t rows, int64_t cols, int64_t tile, int group,
-                                              int rank) {
+template <int kGroup, typename In, bool kAligned>
+__device__ __forceinline__ void LoadGroupTile(GroupTile<In, kAligned>& t,
+                                              const In* __restrict__ d_in, int64_t rows,
+                                              int64_t cols, int64_t tile, int group, int rank) {
+  constexpr int kL = row_reduce::kLanes<In>;
+  constexpr int kRows = kRowsPerLane<In, kAligned>;
   constexpr int kGroupsPerWarp = kWarpSize / kGroup;
-  constexpr int64_t kTileRows = int64_t{kGroupsPerWarp} * kRowsPerLane;
+  constexpr int64_t kTileRows = int64_t{kGroupsPerWarp} * kRows;
   const int64_t first_row = tile * kTileRows + group;
 #pragma unroll
-  for (int u = 0; u < kRowsPerLane; ++u) {
+  for (int u = 0; u < kRows; ++u) {
     const int64_t row = first_row + u * kGroupsPerWarp;
     if constexpr (kAligned) {
-      const int64_t vecs = cols / 4;  // <= kGroup
+      const int64_t vecs = cols / kL;  // <= kGroup
       t.v[u] = row < rows && rank < vecs
-                   ? row_reduce::LoadStreaming(reinterpret_cast<const float4*>(d_in + row * cols) +
-                                               rank)
-                   : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                   ? row_reduce::LoadStreaming(
+                         reinterpret_cast<const row_reduce::VecT<In>*>(d_in + row * cols) + rank)
+                   : row_reduce::ZeroVec<In>();
     } else {
-      // cols <= 4 * kGroup <= 128 here, so column arithmetic fits an int.
-      const float* p = d_in + (row < rows ? row : 0) * cols + rank;
+      // cols <= kShortMaxCols here, so column arithmetic fits an int.
+      const In* p = d_in + (row < rows ? row : 0) * cols + rank;
       const int ncols = static_cast<int>(cols);
-      float x[4];
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        x[k] = row < rows && rank + k * kGroup < ncols ? row_reduce::LoadStreaming(p + k * kGroup)
-                                                        : 0.0f;
+      for (int k = 0; k < kL; ++k) {
+        t.x[u][k] = row < rows && rank + k * kGroup < ncols
+                        ? row_reduce::LoadStreaming(p + k * kGroup)
+                        : row_reduce::ZeroElem<In>();
       }
-      t.v[u] = make_float4(x[0], x[1], x[2], x[3]);
     }
   }
 }
 
-// Adds up each row of `tile` across its group (all lanes must call it: shuffles) and stores it.
-template <int kGroup>
-__device__ __forceinline__ void ReduceGroupTile(const GroupTile<kGroup>& t,
-                                                float* __restrict__ d_out, int64_t rows,
-                                                int64_t tile, int group, int rank, float scale) {
+// Adds up each row of `tile` across its group (all lanes must call it: shuffles) and stores
+// finish(sum).
+template <int kGroup, typename In, bool kAligned, typename Out, typename Finish>
+__device__ __forceinline__ void ReduceGroupTile(const GroupTile<In, kAligned>& t,
+                                                Out* __restrict__ d_out, int64_t rows,
+                                                int64_t tile, int group, int rank,
+                                                const Finish& finish) {
+  using Acc = row_reduce::AccT<In>;
+  constexpr int kL = row_reduce::kLanes<In>;
+  constexpr int kRows = kRowsPerLane<In, kAligned>;
   constexpr int kGroupsPerWarp = kWarpSize / kGroup;
-  constexpr int64_t kTileRows = int64_t{kGroupsPerWarp} * kRowsPerLane;
+  constexpr int64_t kTileRows = int64_t{kGroupsPerWarp} * kRows;
   const int64_t first_row = tile * kTileRows + group;
 #pragma unroll
-  for (int u = 0; u < kRowsPerLane; ++u) {
-    const float4& v = t.v[u];
-    const float sum = row_reduce::GroupSum<kGroup>((v.x + v.y) + (v.z + v.w));
+  for (int u = 0; u < kRows; ++u) {
+    Acc a[kL];
+    if constexpr (kAligned) {
+      row_reduce::VecToAcc<In>(t.v[u], a);
+    } else {
+#pragma unroll
+      for (int k = 0; k < kL; ++k) a[k] = row_reduce::ToAcc(t.x[u][k]);
+    }
+    const Acc sum = row_reduce::GroupSum<kGroup>(row_reduce::TreeSum(a));
     const int64_t row = first_row + u * kGroupsPerWarp;
-    if (rank == 0 && row < rows) d_out[row] = sum * scale;
+    if (rank == 0 && row < rows) d_out[row] = finish(sum);
   }
 }
 
 // Software-pipelined over the warp's tiles: the loads of its next tile are issued before the
-// current tile's shuffles and stores, so each lane keeps kRowsPerLane to 2 * kRowsPerLane 16-byte
+// current tile's shuffles and stores, so each lane keeps kRowsPerLane to 2 * kRowsPerLane rows'
 // loads in flight the whole time instead of kRowsPerLane then none (ncu on the unpipelined
-// version, 1048576 x 64, H200: one batch in flight per warp, 86% of DRAM peak, 0.848x the read
-// stream). Two named buffers, not `cur = next`: a register copy of a pending load would wait
-// for it at the copy.
-template <int kGroup, bool kAligned>
+// version, 1048576 x 64 floats: one batch in flight per warp, 86% of DRAM peak). Two named
+// buffers, not `cur = next`: a register copy of a pending load would wait for it at the copy.
+template <int kGroup, typename In, bool kAligned, typename Out, typename Finish>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
-row_reduce_group_kernel(const float* __restrict__ d_in, float* __restrict__ d_out, int64_t rows,
-                        int64_t cols, float scale) {
+row_reduce_group_kernel(const In* __restrict__ d_in, Out* __restrict__ d_out, int64_t rows,
+                        int64_t cols, Finish finish) {
   static_assert(kGroup >= 1 && kGroup <= kWarpSize && (kGroup & (kGroup - 1)) == 0,
                 "group is a power of two within a warp");
-  constexpr int64_t kTileRows = int64_t{kWarpSize / kGroup} * kRowsPerLane;
+  constexpr int64_t kTileRows = int64_t{kWarpSize / kGroup} * kRowsPerLane<In, kAligned>;
   const int lane = static_cast<int>(threadIdx.x % kWarpSize);
   const int group = lane / kGroup;
   const int rank = lane % kGroup;
@@ -118,40 +150,41 @@ row_reduce_group_kernel(const float* __restrict__ d_in, float* __restrict__ d_ou
   // tile is warp-uniform, so every lane reaches the shuffles in ReduceGroupTile.
   int64_t tile = warp;
   if (tile >= tiles) return;
-  GroupTile<kGroup> a, b;
-  LoadGroupTile<kGroup, kAligned>(a, d_in, rows, cols, tile, group, rank);
+  GroupTile<In, kAligned> a, b;
+  LoadGroupTile<kGroup>(a, d_in, rows, cols, tile, group, rank);
   while (true) {
-    LoadGroupTile<kGroup, kAligned>(b, d_in, rows, cols, tile + num_warps, group, rank);
-    ReduceGroupTile<kGroup>(a, d_out, rows, tile, group, rank, scale);
+    LoadGroupTile<kGroup>(b, d_in, rows, cols, tile + num_warps, group, rank);
+    ReduceGroupTile<kGroup>(a, d_out, rows, tile, group, rank, finish);
     tile += num_warps;
     if (tile >= tiles) break;
-    LoadGroupTile<kGroup, kAligned>(a, d_in, rows, cols, tile + num_warps, group, rank);
-    ReduceGroupTile<kGroup>(b, d_out, rows, tile, group, rank, scale);
+    LoadGroupTile<kGroup>(a, d_in, rows, cols, tile + num_warps, group, rank);
+    ReduceGroupTile<kGroup>(b, d_out, rows, tile, group, rank, finish);
     tile += num_warps;
     if (tile >= tiles) break;
   }
 }
 
 // Longer rows: one warp per row.
+template <typename In, typename Out, typename Finish>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
-row_reduce_warp_kernel(const float* __restrict__ d_in, float* __restrict__ d_out, int64_t rows,
-                       int64_t cols, float scale) {
+row_reduce_warp_kernel(const In* __restrict__ d_in, Out* __restrict__ d_out, int64_t rows,
+                       int64_t cols, Finish finish) {
   const int lane = static_cast<int>(threadIdx.x % kWarpSize);
   const int64_t warp = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
   const int64_t num_warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
   for (int64_t row = warp; row < rows; row += num_warps) {  // warp-uniform
-    const float partial =
+    const auto partial =
         row_reduce::TeamPartialSum<kWarpSize, kUnroll>(d_in + row * cols, cols, lane);
-    const float sum = row_reduce::WarpSum(partial);
-    if (lane == 0) d_out[row] = sum * scale;
+    const auto sum = row_reduce::WarpSum(partial);
+    if (lane == 0) d_out[row] = finish(sum);
   }
 }
 
 // Grid of a persistent kernel whose warps take `units` warp-sized pieces of work (tiles or rows)
 // in a grid stride: at most one full wave, and balanced: with `rounds` = the pieces the busiest
 // warp must take, just enough warps that nearly all of them take exactly `rounds`. A full wave
-// would leave a thin last round instead (1048576 x 64 on 132 SMs x 4 blocks: 31.03 tiles per
-// warp, so a last round of 3% of the warps, ~one tile's latency with the GPU nearly idle).
+// would leave a thin last round instead (1048576 x 64 floats on 132 SMs x 4 blocks: 31.03 tiles
+// per warp, so a last round of 3% of the warps, ~one tile's latency with the GPU nearly idle).
 template <typename Kernel>
 unsigned PersistentGrid(Kernel kernel, int64_t units, int sm_count) {
   int per_sm = 0;
@@ -166,28 +199,32 @@ unsigned PersistentGrid(Kernel kernel, int64_t units, int sm_count) {
   return static_cast<unsigned>(CeilDiv<int64_t>(warps, kWarpsPerBlock));
 }
 
-template <int kGroup>
-cudaError_t LaunchShort(bool aligned, int sm_count, const float* d_in, float* d_out,
-                        int64_t rows, int64_t cols, float scale, cudaStream_t stream) {
-  constexpr int64_t kTileRows = int64_t{kWarpSize / kGroup} * kRowsPerLane;
-  const int64_t tiles = CeilDiv(rows, kTileRows);
-  if (aligned) {
-    auto* kernel = row_reduce_group_kernel<kGroup, true>;
-    const unsigned grid = PersistentGrid(kernel, tiles, sm_count);
-    kernel<<<grid, kThreads, 0, stream>>>(d_in, d_out, rows, cols, scale);
-  } else {
-    auto* kernel = row_reduce_group_kernel<kGroup, false>;
-    const unsigned grid = PersistentGrid(kernel, tiles, sm_count);
-    kernel<<<grid, kThreads, 0, stream>>>(d_in, d_out, rows, cols, scale);
-  }
+template <int kGroup, bool kAligned, typename In, typename Out, typename Finish>
+cudaError_t LaunchShortAs(int sm_count, const In* d_in, Out* d_out, int64_t rows, int64_t cols,
+                          Finish finish, cudaStream_t stream) {
+  constexpr int64_t kTileRows = int64_t{kWarpSize / kGroup} * kRowsPerLane<In, kAligned>;
+  auto* kernel = row_reduce_group_kernel<kGroup, In, kAligned, Out, Finish>;
+  const unsigned grid = PersistentGrid(kernel, CeilDiv(rows, kTileRows), sm_count);
+  kernel<<<grid, kThreads, 0, stream>>>(d_in, d_out, rows, cols, finish);
   return LastLaunchError();
 }
 
-}  // namespace
+template <int kGroup, typename In, typename Out, typename Finish>
+cudaError_t LaunchShort(bool aligned, int sm_count, const In* d_in, Out* d_out, int64_t rows,
+                        int64_t cols, Finish finish, cudaStream_t stream) {
+  return aligned
+             ? LaunchShortAs<kGroup, true>(sm_count, d_in, d_out, rows, cols, finish, stream)
+             : LaunchShortAs<kGroup, false>(sm_count, d_in, d_out, rows, cols, finish, stream);
+}
 
-cudaError_t RowReduceWarpPerRow(void* d_temp, size_t* temp_bytes, const float* d_in,
-                                float* d_out, int64_t rows, int64_t cols, bool mean,
-                                cudaStream_t stream) {
+template <typename In, typename Out>
+cudaError_t RowReduceWarpPerRowImpl(void* d_temp, size_t* temp_bytes, const In* d_in,
+                                    Out* d_out, int64_t rows, int64_t cols, bool mean,
+                                    cudaStream_t stream) {
+  using Finish = row_reduce::RowFinish<row_reduce::AccT<In>, Out>;
+  constexpr int kL = row_reduce::kLanes<In>;
+  Finish finish{};
+  if (!Finish::Make(cols, mean, &finish)) return cudaErrorInvalidValue;
   if (d_temp == nullptr) {  // size query: no scratch needed
     *temp_bytes = 0;
     return cudaSuccess;
@@ -196,26 +233,65 @@ cudaError_t RowReduceWarpPerRow(void* d_temp, size_t* temp_bytes, const float* d
   int sm_count = 0;
   const cudaError_t err = row_reduce::CurrentSmCount(&sm_count);
   if (err != cudaSuccess) return err;
-  const float scale = row_reduce::OutputScale(cols, mean);
 
-  if (cols > kShortMaxCols) {
-    const unsigned grid = PersistentGrid(row_reduce_warp_kernel, rows, sm_count);
-    row_reduce_warp_kernel<<<grid, kThreads, 0, stream>>>(d_in, d_out, rows, cols, scale);
+  if (cols > kShortMaxCols<In>) {
+    auto* kernel = row_reduce_warp_kernel<In, Out, Finish>;
+    const unsigned grid = PersistentGrid(kernel, rows, sm_count);
+    kernel<<<grid, kThreads, 0, stream>>>(d_in, d_out, rows, cols, finish);
     return LastLaunchError();
   }
 
-  // Smallest power-of-two group with 4 * group >= cols.
+  // Smallest power-of-two group with kL * group >= cols.
   int group = 1;
-  while (4 * int64_t{group} < cols) group *= 2;
-  const bool aligned = cols % 4 == 0 && reinterpret_cast<uintptr_t>(d_in) % 16 == 0;
+  while (kL * int64_t{group} < cols) group *= 2;
+  const bool aligned = cols % kL == 0 && reinterpret_cast<uintptr_t>(d_in) % 16 == 0;
   switch (group) {
-    case 1: return LaunchShort<1>(aligned, sm_count, d_in, d_out, rows, cols, scale, stream);
-    case 2: return LaunchShort<2>(aligned, sm_count, d_in, d_out, rows, cols, scale, stream);
-    case 4: return LaunchShort<4>(aligned, sm_count, d_in, d_out, rows, cols, scale, stream);
-    case 8: return LaunchShort<8>(aligned, sm_count, d_in, d_out, rows, cols, scale, stream);
-    case 16: return LaunchShort<16>(aligned, sm_count, d_in, d_out, rows, cols, scale, stream);
-    default: return LaunchShort<32>(aligned, sm_count, d_in, d_out, rows, cols, scale, stream);
+    case 1: return LaunchShort<1>(aligned, sm_count, d_in, d_out, rows, cols, finish, stream);
+    case 2: return LaunchShort<2>(aligned, sm_count, d_in, d_out, rows, cols, finish, stream);
+    case 4: return LaunchShort<4>(aligned, sm_count, d_in, d_out, rows, cols, finish, stream);
+    case 8: return LaunchShort<8>(aligned, sm_count, d_in, d_out, rows, cols, finish, stream);
+    case 16: return LaunchShort<16>(aligned, sm_count, d_in, d_out, rows, cols, finish, stream);
+    default: return LaunchShort<32>(aligned, sm_count, d_in, d_out, rows, cols, finish, stream);
   }
+}
+
+}  // namespace
+
+cudaError_t RowReduceWarpPerRow(void* d_temp, size_t* temp_bytes, const float* d_in,
+                                float* d_out, int64_t rows, int64_t cols, bool mean,
+                                cudaStream_t stream) {
+  return RowReduceWarpPerRowImpl(d_temp, temp_bytes, d_in, d_out, rows, cols, mean, stream);
+}
+
+cudaError_t RowReduceWarpPerRow(void* d_temp, size_t* temp_bytes, const bf16_bits* d_in,
+                                float* d_out, int64_t rows, int64_t cols, bool mean,
+                                cudaStream_t stream) {
+  return RowReduceWarpPerRowImpl(d_temp, temp_bytes, reinterpret_cast<const __nv_bfloat16*>(d_in),
+                                 d_out, rows, cols, mean, stream);
+}
+
+cudaError_t RowReduceWarpPerRow(void* d_temp, size_t* temp_bytes, const int32_t* d_in,
+                                int64_t* d_out, int64_t rows, int64_t cols, bool mean,
+                                cudaStream_t stream) {
+  return RowReduceWarpPerRowImpl(d_temp, temp_bytes, d_in, d_out, rows, cols, mean, stream);
+}
+
+cudaError_t RowReduceWarpPerRow(void* d_temp, size_t* temp_bytes, const int64_t* d_in,
+                                int64_t* d_out, int64_t rows, int64_t cols, bool mean,
+                                cudaStream_t stream) {
+  return RowReduceWarpPerRowImpl(d_temp, temp_bytes, d_in, d_out, rows, cols, mean, stream);
+}
+
+cudaError_t RowReduceWarpPerRow(void* d_temp, size_t* temp_bytes, const int32_t* d_in,
+                                float* d_out, int64_t rows, int64_t cols, bool mean,
+                                cudaStream_t stream) {
+  return RowReduceWarpPerRowImpl(d_temp, temp_bytes, d_in, d_out, rows, cols, mean, stream);
+}
+
+cudaError_t RowReduceWarpPerRow(void* d_temp, size_t* temp_bytes, const int64_t* d_in,
+                                float* d_out, int64_t rows, int64_t cols, bool mean,
+                                cudaStream_t stream) {
+  return RowReduceWarpPerRowImpl(d_temp, temp_bytes, d_in, d_out, rows, cols, mean, stream);
 }
 
 }  // namespace opserve::kernels

@@ -1,5 +1,6 @@
 // sum, chunked: one 256-thread block per contiguous 16 KiB chunk (4 independent 16-byte loads per
-// thread), a grid of as many blocks as chunks, and a two-level finish by the last blocks to end.
+// thread, whatever the element type: 4096 float or int32 elements, 2048 int64, 8192 bf16), a
+// grid of as many blocks as chunks, and a two-level finish by the last blocks to end.
 //
 // Why a chunk per block (kernels/NOTES_sum.md, "chunked"): on the lent H100, reading memory as
 // consecutive blocks that each take one contiguous 16 KiB piece ran at 3157-3169 GB/s (CUB's
@@ -19,7 +20,7 @@
 // Deterministic: the chunking is a function of n and of the input's offset from a 16-byte boundary
 // (the scalar head), each thread and each block add in a fixed order, and both finishing levels
 // add in index order, whichever block happens to run them.
-// Inputs past kMaxGrid chunks (over 16 GiB of float) loop: block b takes chunks b, b + grid, ...
+// Inputs past kMaxGrid chunks (over 16 GiB) loop: block b takes chunks b, b + grid, ...
 #include <cstdint>
 
 #include "kernels/sum.h"
@@ -31,7 +32,7 @@ namespace {
 using sum_internal::kLanes;
 using sum_internal::SumAccumT;
 using sum_internal::SumLanes;
-using sum_internal::Vec16T;
+using sum_internal::SumVecT;
 
 constexpr int kThreads = 256;
 constexpr int kUnroll = 4;  // 256 threads x 4 x 16 B = one 16 KiB chunk per block
@@ -73,7 +74,7 @@ __global__ void __launch_bounds__(kThreads)
                        SumAccumT<T>* group_totals, unsigned int* counters,
                        SumAccumT<T>* __restrict__ out) {
   using Acc = SumAccumT<T>;
-  using V = Vec16T<T>;
+  using V = SumVecT<T>;
   const V* __restrict__ vin = reinterpret_cast<const V*>(in + head);
   const int64_t n_vec = (n - head) / kLanes<T>;
   const int64_t chunks = (n_vec + kChunkVecs - 1) / kChunkVecs;
@@ -87,12 +88,12 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) v[u] = __ldg(vin + base + u * kThreads);
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) s[u] = SumLanes<Acc>(v[u]);
+      for (int u = 0; u < kUnroll; ++u) s[u] = SumLanes<T>(v[u]);
     } else {  // the last, partial chunk
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t i = base + u * kThreads;
-        s[u] = i < n_vec ? SumLanes<Acc>(__ldg(vin + i)) : Acc(0);
+        s[u] = i < n_vec ? SumLanes<T>(__ldg(vin + i)) : Acc(0);
       }
     }
     acc += (s[0] + s[1]) + (s[2] + s[3]);
@@ -168,6 +169,17 @@ cudaError_t SumChunked(void* d_temp, size_t* temp_bytes, const float* d_in, floa
 cudaError_t SumChunked(void* d_temp, size_t* temp_bytes, const int32_t* d_in, int64_t* d_out,
                        int64_t n, cudaStream_t stream) {
   return SumChunkedImpl(d_temp, temp_bytes, d_in, d_out, n, stream);
+}
+
+cudaError_t SumChunked(void* d_temp, size_t* temp_bytes, const int64_t* d_in, int64_t* d_out,
+                       int64_t n, cudaStream_t stream) {
+  return SumChunkedImpl(d_temp, temp_bytes, d_in, d_out, n, stream);
+}
+
+cudaError_t SumChunked(void* d_temp, size_t* temp_bytes, const bf16_bits* d_in, float* d_out,
+                       int64_t n, cudaStream_t stream) {
+  return SumChunkedImpl(d_temp, temp_bytes, reinterpret_cast<const __nv_bfloat16*>(d_in), d_out, n,
+                        stream);
 }
 
 }  // namespace opserve::kernels

@@ -1,21 +1,30 @@
 // Private helpers shared by the sum launchers (kernels/sum_*.cu). Not part of the kernel API.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/common.h"
 
 namespace opserve::kernels::sum_internal {
 
-// What each input type sums in: float in float (the API's output type); int32 exactly in int64.
-// int64 -> int64 serves the second pass over int64 partials.
+// What each input type sums in, which is also the API's output type: float in float; bf16 in
+// float (its 8-bit mantissa would lose a long sum); int32 exactly in int64; int64 in int64, where
+// an overflow wraps modulo 2^64 as numpy's int64 sum does (two's complement add.s64; any order of
+// wrapping adds gives the same residue). int64 -> int64 also serves the second pass over the
+// int64 partials of int32 inputs.
 template <typename T>
 struct SumAccum;
 template <>
 struct SumAccum<float> {
+  using type = float;
+};
+template <>
+struct SumAccum<__nv_bfloat16> {
   using type = float;
 };
 template <>
@@ -28,6 +37,16 @@ struct SumAccum<int64_t> {
 };
 template <typename T>
 using SumAccumT = typename SumAccum<T>::type;
+
+// One input element in its accumulator type. bf16 -> float is exact (the float's top 16 bits).
+template <typename T>
+__device__ __forceinline__ SumAccumT<T> ToAccum(T v) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __bfloat162float(v);
+  } else {
+    return static_cast<SumAccumT<T>>(v);
+  }
+}
 
 // Devices whose SM count is cached; a higher ordinal just queries every time.
 inline constexpr int kMaxCachedDevices = 64;
@@ -65,24 +84,36 @@ inline int FirstPassGrid(int64_t items, int64_t items_per_block, int sm_count, i
   return grid < 1 ? 1 : static_cast<int>(grid);
 }
 
-// 16-byte vectors of the input types, for the float4 / int4 loads of sum/vectorized and
-// sum/chunked: kLanes elements each, from the first 16-byte boundary of the input on.
+// 16-byte vectors of the input types, for the 16-byte loads of sum/vectorized and sum/chunked:
+// kLanes elements each, from the first 16-byte boundary of the input on. bf16 travels as a uint4
+// of raw bits (8 lanes), since CUDA has no 8-wide bf16 vector type with an __ldg.
 inline constexpr int kVecBytes = 16;
 template <typename T>
-inline constexpr int kLanes = kVecBytes / static_cast<int>(sizeof(T));
-template <typename T>
-struct Vec16;
+struct SumVec;
 template <>
-struct Vec16<float> {
+struct SumVec<float> {
   using type = float4;
 };
 template <>
-struct Vec16<int32_t> {
+struct SumVec<int32_t> {
   using type = int4;
 };
+template <>
+struct SumVec<int64_t> {
+  using type = longlong2;
+};
+template <>
+struct SumVec<__nv_bfloat16> {
+  using type = uint4;
+};
 template <typename T>
-using Vec16T = typename Vec16<T>::type;
-static_assert(sizeof(float4) == 16 && sizeof(int4) == 16);
+using SumVecT = typename SumVec<T>::type;
+template <typename T>
+inline constexpr int kLanes = kVecBytes / static_cast<int>(sizeof(T));
+static_assert(sizeof(float4) == kVecBytes && sizeof(int4) == kVecBytes &&
+              sizeof(longlong2) == kVecBytes && sizeof(uint4) == kVecBytes);
+static_assert(kLanes<float> == 4 && kLanes<int32_t> == 4 && kLanes<int64_t> == 2 &&
+              kLanes<__nv_bfloat16> == 8);
 
 // Into *head: how many scalars of d_in precede its first 16-byte boundary (at most n).
 // cudaErrorInvalidValue when d_in is not even aligned to its element.
@@ -100,21 +131,35 @@ inline cudaError_t VectorHead(const T* d_in, int64_t n, int* head) {
 template <typename T>
 __device__ __forceinline__ SumAccumT<T> HeadTailTerm(const T* __restrict__ in, int64_t n, int head,
                                                      int64_t n_vec) {
-  static_assert(2 * kLanes<float> <= 32, "one warp covers head and tail");
+  static_assert(2 * (kLanes<T> - 1) <= 32, "one warp covers head and tail");
   if (blockIdx.x != 0) return SumAccumT<T>(0);
   const int64_t tail_begin = head + n_vec * kLanes<T>;
   const int tail = static_cast<int>(n - tail_begin);
   const int t = threadIdx.x;
-  if (t < head) return static_cast<SumAccumT<T>>(__ldg(in + t));
-  if (t < head + tail) return static_cast<SumAccumT<T>>(__ldg(in + tail_begin + (t - head)));
+  if (t < head) return ToAccum(__ldg(in + t));
+  if (t < head + tail) return ToAccum(__ldg(in + tail_begin + (t - head)));
   return SumAccumT<T>(0);
 }
 
-// The four lanes of a 16-byte vector, added in the accumulator type in a fixed order.
-template <typename Acc, typename V>
-__device__ __forceinline__ Acc SumLanes(const V& v) {
-  return (static_cast<Acc>(v.x) + static_cast<Acc>(v.y)) +
-         (static_cast<Acc>(v.z) + static_cast<Acc>(v.w));
+// The two bf16 of a 32-bit word as floats, exactly: a bf16 is the top half of a float. The lower
+// address holds the low half (little-endian).
+__device__ __forceinline__ float Bf16Lo(unsigned int w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float Bf16Hi(unsigned int w) { return __uint_as_float(w & 0xffff0000u); }
+
+// The lanes of one 16-byte vector of T, added in the accumulator type as a fixed tree.
+template <typename T>
+__device__ __forceinline__ SumAccumT<T> SumLanes(const SumVecT<T>& v) {
+  using Acc = SumAccumT<T>;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return ((Bf16Lo(v.x) + Bf16Hi(v.x)) + (Bf16Lo(v.y) + Bf16Hi(v.y))) +
+           ((Bf16Lo(v.z) + Bf16Hi(v.z)) + (Bf16Lo(v.w) + Bf16Hi(v.w)));
+  } else if constexpr (kLanes<T> == 2) {
+    return static_cast<Acc>(v.x) + static_cast<Acc>(v.y);
+  } else {
+    static_assert(kLanes<T> == 4, "float4 / int4");
+    return (static_cast<Acc>(v.x) + static_cast<Acc>(v.y)) +
+           (static_cast<Acc>(v.z) + static_cast<Acc>(v.w));
+  }
 }
 
 template <typename Acc>

@@ -1,6 +1,7 @@
 // sum, vectorized: the bandwidth one. One launch: a persistent grid of exactly one full wave
-// (kBlocksPerSm blocks on every SM) streams the input as 16-byte vectors (float4 / int4 through
-// the read-only path), kUnroll independent vector loads in flight per thread; each block writes one
+// (kBlocksPerSm blocks on every SM) streams the input as 16-byte vectors (float4 / int4 /
+// longlong2, or 8 bf16 in a uint4, through the read-only path: sum_common.cuh's SumVec), kUnroll
+// independent vector loads in flight per thread; each block writes one
 // partial, and the last block to finish (a device-scope completion counter) sums the partials in
 // a fixed order and writes the result.
 //
@@ -18,8 +19,9 @@
 // Work mapping (grid-wide strip mining, as CUB's reduce agent does per tile): round r, slot u of
 // thread g reads vector (r * kUnroll + u) * total_threads + g, so every warp load is one coalesced
 // 512-byte segment. The last, partial round is spread over all threads (each gets at most kUnroll
-// guarded vectors), so no block carries a whole extra tile and the wave drains evenly. The < 4
-// scalars before the first 16-byte boundary and after the last full vector go to block 0.
+// guarded vectors), so no block carries a whole extra tile and the wave drains evenly. The scalars
+// before the first 16-byte boundary and after the last full vector (fewer than one vector's lanes
+// each) go to block 0.
 //
 // Why the last block finishes instead of a second launch (opserve-bench, H200, 2026-11-22): at
 // n = 2^30 it took the two-launch version from 930 us (0.998x CUB) to 927.5-928.4 us (1.001-1.002x
@@ -29,8 +31,9 @@
 // Deterministic: the grid is a function of n and the SM count only, each thread and block adds in
 // a fixed order, and the last block (whichever it is) adds the partials in the order of their
 // index, the same order the former second pass used. Float accuracy: each round's
-// 4 * kUnroll values are summed as a tree before one add into the running sum, so the serial chain
-// is about n / (4 * kUnroll * total_threads) adds (~250 at n = 2^30 on 132 SMs).
+// lanes * kUnroll values are summed as a tree before one add into the running sum, so the serial
+// chain is about n / (lanes * kUnroll * total_threads) adds (~250 at n = 2^30 floats on 132 SMs;
+// half that for bf16, whose 8 lanes a vector are added in float).
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -45,7 +48,7 @@ namespace {
 using sum_internal::kLanes;
 using sum_internal::SumAccumT;
 using sum_internal::SumLanes;
-using sum_internal::Vec16T;
+using sum_internal::SumVecT;
 
 constexpr int kThreads = 256;
 // 4 blocks x 256 threads x 8 vectors x 16 B = 128 KiB of loads in flight per SM, several times
@@ -78,7 +81,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
                           SumAccumT<T>* __restrict__ partials, unsigned int* blocks_done,
                           SumAccumT<T>* __restrict__ out) {
   using Acc = SumAccumT<T>;
-  using V = Vec16T<T>;
+  using V = SumVecT<T>;
   constexpr int kL = kLanes<T>;
   const V* __restrict__ vin = reinterpret_cast<const V*>(in + head);
   const int64_t n_vec = (n - head) / kL;
@@ -89,13 +92,16 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 
   Acc acc = Acc(0);
   const V* p = vin + g;
-  for (int64_t r = 0; r < full_rounds; ++r, p += round_vecs) {
+  // Bounded by a pointer, not a round counter: the int64 instantiation spills at the 64-register
+  // cap with a 64-bit counter beside its 32 registers of loads (ptxas -v).
+  const V* const p_end = p + full_rounds * round_vecs;
+  for (; p != p_end; p += round_vecs) {
     V v[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) v[u] = __ldg(p + u * total_threads);
     Acc s[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) s[u] = SumLanes<Acc>(v[u]);
+    for (int u = 0; u < kUnroll; ++u) s[u] = SumLanes<T>(v[u]);
     acc += TreeSum(s);
   }
   {  // The partial last round: fewer than round_vecs vectors, at most kUnroll per thread.
@@ -104,7 +110,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t idx = base + u * total_threads;
-      s[u] = idx < n_vec ? SumLanes<Acc>(__ldg(vin + idx)) : Acc(0);
+      s[u] = idx < n_vec ? SumLanes<T>(__ldg(vin + idx)) : Acc(0);
     }
     acc += TreeSum(s);
   }
@@ -230,6 +236,17 @@ cudaError_t SumVectorized(void* d_temp, size_t* temp_bytes, const float* d_in, f
 cudaError_t SumVectorized(void* d_temp, size_t* temp_bytes, const int32_t* d_in, int64_t* d_out,
                           int64_t n, cudaStream_t stream) {
   return SumVectorizedImpl(d_temp, temp_bytes, d_in, d_out, n, stream);
+}
+
+cudaError_t SumVectorized(void* d_temp, size_t* temp_bytes, const int64_t* d_in, int64_t* d_out,
+                          int64_t n, cudaStream_t stream) {
+  return SumVectorizedImpl(d_temp, temp_bytes, d_in, d_out, n, stream);
+}
+
+cudaError_t SumVectorized(void* d_temp, size_t* temp_bytes, const bf16_bits* d_in, float* d_out,
+                          int64_t n, cudaStream_t stream) {
+  return SumVectorizedImpl(d_temp, temp_bytes, reinterpret_cast<const __nv_bfloat16*>(d_in), d_out,
+                           n, stream);
 }
 
 }  // namespace opserve::kernels

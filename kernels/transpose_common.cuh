@@ -23,9 +23,12 @@ inline dim3 TileGrid(int64_t tiles_x, int64_t tiles_y) {
 
 // Launchers only guard against what would corrupt memory (shapes and dtypes are validated by the
 // server before launch): null pointers, non-positive sizes, an element size we have no kernel for.
-inline bool ArgsOk(const void* d_in, const void* d_out, int64_t rows, int64_t cols, int elem_bytes) {
+// Every launcher moves 2- and 4-byte elements; those with an 8-byte (INT64) kernel pass
+// allow_8_bytes. The default keeps the rest, transpose_tma among them, refusing 8.
+inline bool ArgsOk(const void* d_in, const void* d_out, int64_t rows, int64_t cols, int elem_bytes,
+                   bool allow_8_bytes = false) {
   return d_in != nullptr && d_out != nullptr && rows >= 1 && cols >= 1 &&
-         (elem_bytes == 2 || elem_bytes == 4);
+         (elem_bytes == 2 || elem_bytes == 4 || (allow_8_bytes && elem_bytes == 8));
 }
 
 }  // namespace opserve::kernels::transpose_detail

@@ -1,6 +1,7 @@
 // transpose, naive: one thread per element. A warp reads 32 consecutive elements of one input row
 // (coalesced) and writes them to 32 different output rows (each store its own 32-byte sector), so
-// the write side moves 8x (fp32) / 16x (bf16) the useful bytes through L2. The baseline.
+// the write side moves 4x (int64) / 8x (fp32) / 16x (bf16) the useful bytes through L2. The
+// baseline.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -46,9 +47,14 @@ cudaError_t Launch(const void* d_in, void* d_out, int64_t rows, int64_t cols,
 
 cudaError_t TransposeNaive(const void* d_in, void* d_out, int64_t rows, int64_t cols,
                            int elem_bytes, cudaStream_t stream) {
-  if (!transpose_detail::ArgsOk(d_in, d_out, rows, cols, elem_bytes)) return cudaErrorInvalidValue;
-  return elem_bytes == 4 ? Launch<uint32_t>(d_in, d_out, rows, cols, stream)
-                         : Launch<uint16_t>(d_in, d_out, rows, cols, stream);
+  if (!transpose_detail::ArgsOk(d_in, d_out, rows, cols, elem_bytes, /*allow_8_bytes=*/true)) {
+    return cudaErrorInvalidValue;
+  }
+  switch (elem_bytes) {
+    case 8: return Launch<uint64_t>(d_in, d_out, rows, cols, stream);
+    case 4: return Launch<uint32_t>(d_in, d_out, rows, cols, stream);
+    default: return Launch<uint16_t>(d_in, d_out, rows, cols, stream);
+  }
 }
 
 }  // namespace opserve::kernels

@@ -1,6 +1,7 @@
 // transpose, shared-memory tiled (the classic): a 32x32 tile staged through shared memory by
 // 32x8 threads, 4 elements each. Reads and writes are both row-contiguous per warp; the tile row is
-// padded by one 4-byte bank so that the column-wise reads of the tile spread over all 32 banks.
+// padded (by one 4-byte bank, or one 8-byte element) so that the column-wise reads of the tile
+// spread over all 32 banks.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -19,8 +20,15 @@ static_assert(kTile % kBlockRows == 0, "each thread moves a whole number of elem
 // Pad each tile row by one 4-byte bank (one fp32, two bf16): a row is then 33 words long, so the 32
 // rows of one tile column land in 32 different banks. One bf16 of padding would leave 2-way
 // conflicts (row length 16.5 words).
+// 8-byte elements (int64) get one element, 2 banks, of padding (4 / 8 would be none): a warp's
+// 8-byte accesses are served as two half-warps of 16 threads x 8 bytes, each conflict-free when
+// its 16 addresses fall in 16 different bank pairs. Unpadded, a row is 64 words, so all of a
+// column's rows start in the same bank pair (16-way conflicts); padded, it is 66 words, and row r
+// of a column starts at bank pair (r + c) mod 16: 16 different pairs in each half-warp.
 template <typename T>
-inline constexpr int kPad = static_cast<int>(4 / sizeof(T));
+inline constexpr int kPad = sizeof(T) >= 4 ? 1 : static_cast<int>(4 / sizeof(T));
+static_assert(kPad<uint16_t> == 2 && kPad<uint32_t> == 1 && kPad<uint64_t> == 1,
+              "padding of one 4-byte bank, at least one element");
 
 template <typename T>
 __global__ void __launch_bounds__(kTile * kBlockRows)
@@ -69,9 +77,14 @@ cudaError_t Launch(const void* d_in, void* d_out, int64_t rows, int64_t cols,
 
 cudaError_t TransposeSmemTiled(const void* d_in, void* d_out, int64_t rows, int64_t cols,
                                int elem_bytes, cudaStream_t stream) {
-  if (!transpose_detail::ArgsOk(d_in, d_out, rows, cols, elem_bytes)) return cudaErrorInvalidValue;
-  return elem_bytes == 4 ? Launch<uint32_t>(d_in, d_out, rows, cols, stream)
-                         : Launch<uint16_t>(d_in, d_out, rows, cols, stream);
+  if (!transpose_detail::ArgsOk(d_in, d_out, rows, cols, elem_bytes, /*allow_8_bytes=*/true)) {
+    return cudaErrorInvalidValue;
+  }
+  switch (elem_bytes) {
+    case 8: return Launch<uint64_t>(d_in, d_out, rows, cols, stream);
+    case 4: return Launch<uint32_t>(d_in, d_out, rows, cols, stream);
+    default: return Launch<uint16_t>(d_in, d_out, rows, cols, stream);
+  }
 }
 
 }  // namespace opserve::kernels

@@ -1,8 +1,9 @@
 // transpose, swizzled: the classic 32x32 tile and 32x8 threads (4 elements each), but instead of
 // padding, element (r, c) of the tile is stored at column c ^ r. A tile row (fixed r) still maps to
 // 32 distinct columns, and a tile column (fixed c, r = 0..31) maps to 32 distinct columns of 32
-// distinct rows, i.e. 32 distinct banks for fp32 and 16 distinct words per row parity for bf16:
-// conflict-free both ways with no wasted shared memory.
+// distinct rows, i.e. 32 distinct banks for fp32, 16 distinct words per row parity for bf16, and
+// for int64 16 distinct bank pairs in each half-warp (see Swizzle): conflict-free both ways with
+// no wasted shared memory.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -20,7 +21,10 @@ static_assert(kTile % kBlockRows == 0, "each thread moves a whole number of elem
 
 // Column at which tile element (r, c) is stored. XOR with all 5 bits of the row: for bf16 a row is
 // 16 words, rows of one parity share banks and (c ^ r) >> 1 = (c >> 1) ^ (r >> 1) runs over all
-// 16 words as r >> 1 does, so a 32-row column read still hits 32 different banks.
+// 16 words as r >> 1 does, so a 32-row column read still hits 32 different banks. For int64 a row
+// is 64 words, so every row starts in bank 0 and element (r, c) sits in bank pair (c ^ r) mod 16;
+// a warp's 8-byte accesses go as two half-warps of 16 threads, and within one (r or c running over
+// 16 consecutive values from a multiple of 16) (c ^ r) mod 16 takes 16 different values.
 __device__ __forceinline__ int Swizzle(int r, int c) { return c ^ (r & (kTile - 1)); }
 
 template <typename T>
@@ -74,9 +78,14 @@ cudaError_t Launch(const void* d_in, void* d_out, int64_t rows, int64_t cols,
 
 cudaError_t TransposeSwizzled(const void* d_in, void* d_out, int64_t rows, int64_t cols,
                               int elem_bytes, cudaStream_t stream) {
-  if (!transpose_detail::ArgsOk(d_in, d_out, rows, cols, elem_bytes)) return cudaErrorInvalidValue;
-  return elem_bytes == 4 ? Launch<uint32_t>(d_in, d_out, rows, cols, stream)
-                         : Launch<uint16_t>(d_in, d_out, rows, cols, stream);
+  if (!transpose_detail::ArgsOk(d_in, d_out, rows, cols, elem_bytes, /*allow_8_bytes=*/true)) {
+    return cudaErrorInvalidValue;
+  }
+  switch (elem_bytes) {
+    case 8: return Launch<uint64_t>(d_in, d_out, rows, cols, stream);
+    case 4: return Launch<uint32_t>(d_in, d_out, rows, cols, stream);
+    default: return Launch<uint16_t>(d_in, d_out, rows, cols, stream);
+  }
 }
 
 }  // namespace opserve::kernels

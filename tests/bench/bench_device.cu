@@ -39,6 +39,14 @@ __global__ void fill_i32_kernel(int32_t* d, int64_t n, uint64_t seed) {
   }
 }
 
+__global__ void fill_i64_kernel(int64_t* d, int64_t n, uint64_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const uint64_t v = Mix(seed ^ Mix(static_cast<uint64_t>(i)));
+    d[i] = v == 0 ? 1 : static_cast<int64_t>(v);
+  }
+}
+
 __global__ void fill_bf16_kernel(__nv_bfloat16* d, int64_t n, uint64_t seed) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
@@ -95,6 +103,14 @@ __global__ void error_kernel(const float* got, const float* want, int64_t n, dou
   }
 }
 
+__global__ void mismatch64_kernel(const uint64_t* got, const uint64_t* want, int64_t n,
+                                  unsigned long long* mismatches) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    if (got[i] != want[i]) atomicAdd(mismatches, 1ull);
+  }
+}
+
 __global__ void transpose_check_kernel(const uint32_t* in, const uint32_t* out, int64_t rows,
                                        int64_t cols, unsigned long long* mismatches) {
   const int64_t n = rows * cols;
@@ -122,6 +138,11 @@ cudaError_t FillRandomF32(float* d, int64_t n, uint64_t seed, cudaStream_t strea
 
 cudaError_t FillRandomI32(int32_t* d, int64_t n, uint64_t seed, cudaStream_t stream) {
   fill_i32_kernel<<<Grid(n), kThreads, 0, stream>>>(d, n, seed);
+  return cudaPeekAtLastError();
+}
+
+cudaError_t FillRandomI64(int64_t* d, int64_t n, uint64_t seed, cudaStream_t stream) {
+  fill_i64_kernel<<<Grid(n), kThreads, 0, stream>>>(d, n, seed);
   return cudaPeekAtLastError();
 }
 
@@ -163,6 +184,22 @@ cudaError_t RelativeError(const float* d_got, const float* d_want, int64_t n, do
   err = cudaStreamSynchronize(stream);
   if (err != cudaSuccess) return err;
   *result = sums[1] > 0 ? sqrt(sums[0] / sums[1]) : sqrt(sums[0]);
+  return cudaGetLastError();
+}
+
+cudaError_t Mismatches64(const uint64_t* d_got, const uint64_t* d_want, int64_t n,
+                         uint64_t* mismatches, cudaStream_t stream) {
+  unsigned long long* d_count = nullptr;
+  cudaError_t err = cudaMallocAsync(&d_count, sizeof(*d_count), stream);
+  if (err != cudaSuccess) return err;
+  cudaMemsetAsync(d_count, 0, sizeof(*d_count), stream);
+  mismatch64_kernel<<<Grid(n), kThreads, 0, stream>>>(d_got, d_want, n, d_count);
+  unsigned long long count = 0;
+  cudaMemcpyAsync(&count, d_count, sizeof(count), cudaMemcpyDeviceToHost, stream);
+  cudaFreeAsync(d_count, stream);
+  err = cudaStreamSynchronize(stream);
+  if (err != cudaSuccess) return err;
+  *mismatches = count;
   return cudaGetLastError();
 }
 

@@ -10,10 +10,12 @@
 namespace opserve::bench {
 
 // Fresh random values from a counter hash of (seed, index): floats uniform in [-1, 1) with 0
-// replaced by 0.5, int32 uniform in [-1000, 1000] with 0 replaced by 1, bf16 the float rounded.
-// Never zeros: zeros hide unwritten outputs and can run faster than real data.
+// replaced by 0.5, int32 uniform in [-1000, 1000] with 0 replaced by 1, int64 uniform over all
+// 2^64 bit patterns with 0 replaced by 1 (so sums wrap around, as they may in use), bf16 the float
+// rounded. Never zeros: zeros hide unwritten outputs and can run faster than real data.
 cudaError_t FillRandomF32(float* d, int64_t n, uint64_t seed, cudaStream_t stream);
 cudaError_t FillRandomI32(int32_t* d, int64_t n, uint64_t seed, cudaStream_t stream);
+cudaError_t FillRandomI64(int64_t* d, int64_t n, uint64_t seed, cudaStream_t stream);
 cudaError_t FillRandomBf16(uint16_t* d, int64_t n, uint64_t seed, cudaStream_t stream);
 
 // One thread that waits `ns` nanoseconds of %globaltimer. Queued before a timed region, it keeps
@@ -35,6 +37,11 @@ cudaError_t ScaleInPlace(float* d, int64_t n, float scale, cudaStream_t stream);
 // ||got - want||_2 / ||want||_2 over n floats, in float64, returned through host memory (syncs).
 cudaError_t RelativeError(const float* d_got, const float* d_want, int64_t n, double* result,
                           cudaStream_t stream);
+
+// How many of n 64-bit words differ between d_got and d_want, into *mismatches. Syncs.
+// For outputs that must be exact (integer sums).
+cudaError_t Mismatches64(const uint64_t* d_got, const uint64_t* d_want, int64_t n,
+                         uint64_t* mismatches, cudaStream_t stream);
 
 // The transposed input is checked elementwise: 0 when out[c, r] == in[r, c] for every element
 // of a 32-bit [rows, cols] matrix, else the number of mismatches (capped). Syncs.

@@ -66,6 +66,18 @@ struct Widen {
   __host__ __device__ int64_t operator()(int32_t v) const { return v; }
 };
 
+struct WidenBf16 {
+  __device__ float operator()(__nv_bfloat16 v) const { return __bfloat162float(v); }
+};
+
+// An add over Acc: with an Acc initial value it makes Acc CUB's accumulator type.
+template <typename Acc>
+struct AddAs {
+  __host__ __device__ Acc operator()(Acc a, Acc b) const { return a + b; }
+};
+
+const __nv_bfloat16* AsBf16(const uint16_t* p) { return reinterpret_cast<const __nv_bfloat16*>(p); }
+
 cudaError_t FromBlas(cublasStatus_t s) {
   return s == CUBLAS_STATUS_SUCCESS ? cudaSuccess : cudaErrorUnknown;
 }
@@ -103,12 +115,40 @@ cudaError_t CubReduceSum(void* d_temp, size_t* temp_bytes, const int32_t* d_in, 
                                             stream);
 }
 
+cudaError_t CubReduceSum(void* d_temp, size_t* temp_bytes, const int64_t* d_in, int64_t* d_out,
+                         int64_t n, cudaStream_t stream) {
+  return cub::DeviceReduce::Sum(d_temp, *temp_bytes, d_in, d_out, n, stream);
+}
+
+cudaError_t CubReduceSum(void* d_temp, size_t* temp_bytes, const uint16_t* d_bf16, float* d_out,
+                         int64_t n, cudaStream_t stream) {
+  // Widen each bf16 to float before adding, so CUB accumulates in float32 (the op's own choice).
+  return cub::DeviceReduce::TransformReduce(d_temp, *temp_bytes, AsBf16(d_bf16), d_out, n,
+                                            cuda::std::plus<float>{}, WidenBf16{}, 0.0f, stream);
+}
+
 cudaError_t CubSegmentedSum(void* d_temp, size_t* temp_bytes, const float* d_in, float* d_out,
                             int64_t rows, int64_t cols, cudaStream_t stream) {
   const auto begin = thrust::make_transform_iterator(thrust::counting_iterator<int64_t>(0),
                                                      RowOffset{cols});
   return cub::DeviceSegmentedReduce::Sum(d_temp, *temp_bytes, d_in, d_out, rows, begin, begin + 1,
                                          stream);
+}
+
+cudaError_t CubSegmentedSum(void* d_temp, size_t* temp_bytes, const uint16_t* d_bf16, float* d_out,
+                            int64_t rows, int64_t cols, cudaStream_t stream) {
+  const auto begin = thrust::make_transform_iterator(thrust::counting_iterator<int64_t>(0),
+                                                     RowOffset{cols});
+  return cub::DeviceSegmentedReduce::Reduce(d_temp, *temp_bytes, AsBf16(d_bf16), d_out, rows,
+                                            begin, begin + 1, AddAs<float>{}, 0.0f, stream);
+}
+
+cudaError_t CubSegmentedSum(void* d_temp, size_t* temp_bytes, const int32_t* d_in, int64_t* d_out,
+                            int64_t rows, int64_t cols, cudaStream_t stream) {
+  const auto begin = thrust::make_transform_iterator(thrust::counting_iterator<int64_t>(0),
+                                                     RowOffset{cols});
+  return cub::DeviceSegmentedReduce::Reduce(d_temp, *temp_bytes, d_in, d_out, rows, begin,
+                                            begin + 1, AddAs<int64_t>{}, int64_t{0}, stream);
 }
 
 Blas::~Blas() {

@@ -1,7 +1,8 @@
 // The ceilings opserve-bench measures in the same run as the kernels (ceilings.cu): the
 // device-to-device copy, a float4 read-only stream, cub::DeviceReduce::Sum,
 // cub::DeviceSegmentedReduce::Sum, and cuBLAS SGEMM (pedantic FP32), TF32 and BF16.
-// Plain C++ header: device pointers, sizes, an explicit stream last, cudaError_t back.
+// Plain C++ header: device pointers, sizes, an explicit stream last, cudaError_t back. BF16 data
+// crosses it as raw uint16_t bits.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -19,14 +20,25 @@ cudaError_t CopyD2D(void* d_dst, const void* d_src, size_t bytes, cudaStream_t s
 cudaError_t ReadStream(const float* d_in, int64_t n, float* d_sink, cudaStream_t stream);
 
 // cub::DeviceReduce::Sum, two-phase temp as CUB's own (d_temp == nullptr: size query).
-// int32 input accumulates into the int64 output.
+// Each input accumulates in its output's type: int32 into int64 (exact), int64 in int64
+// (wrapping), bf16 in float32.
 cudaError_t CubReduceSum(void* d_temp, size_t* temp_bytes, const float* d_in, float* d_out,
                          int64_t n, cudaStream_t stream);
 cudaError_t CubReduceSum(void* d_temp, size_t* temp_bytes, const int32_t* d_in, int64_t* d_out,
                          int64_t n, cudaStream_t stream);
+cudaError_t CubReduceSum(void* d_temp, size_t* temp_bytes, const int64_t* d_in, int64_t* d_out,
+                         int64_t n, cudaStream_t stream);
+cudaError_t CubReduceSum(void* d_temp, size_t* temp_bytes, const uint16_t* d_bf16, float* d_out,
+                         int64_t n, cudaStream_t stream);
 
-// cub::DeviceSegmentedReduce::Sum over the rows of a row-major [rows, cols] float matrix.
+// cub::DeviceSegmentedReduce over the rows of a row-major [rows, cols] matrix: float rows with
+// Sum; bf16 rows in a float32 accumulator and int32 rows in an int64 one (Reduce with an add and
+// initial value of that type, the input a raw pointer so that CUB's loads stay vectorized).
 cudaError_t CubSegmentedSum(void* d_temp, size_t* temp_bytes, const float* d_in, float* d_out,
+                            int64_t rows, int64_t cols, cudaStream_t stream);
+cudaError_t CubSegmentedSum(void* d_temp, size_t* temp_bytes, const uint16_t* d_bf16, float* d_out,
+                            int64_t rows, int64_t cols, cudaStream_t stream);
+cudaError_t CubSegmentedSum(void* d_temp, size_t* temp_bytes, const int32_t* d_in, int64_t* d_out,
                             int64_t rows, int64_t cols, cudaStream_t stream);
 
 // cuBLAS for row-major C[M,N] = A[M,K] x B[K,N] with float32 C.
