@@ -265,12 +265,6 @@ TEST_F(ErrorsTest, TransferErrorsEachGetTheirCodeAndTheServerKeepsServing) {
        },
        Code::kInvalidArgument,
        {"'p'", "rank", "5"}},
-      {"put: zero dimension",
-       [&] {
-         return RawPut({Header("p", v1::FLOAT32, {3, 0})});
-       },
-       Code::kInvalidArgument,
-       {"'p'", "got 0"}},
       {"put: negative dimension",
        [&] { return RawPut({Header("p", v1::FLOAT32, {-4})}); },
        Code::kInvalidArgument,

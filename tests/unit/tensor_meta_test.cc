@@ -1,6 +1,7 @@
 // CheckMeta and MetaFromProto: the one gate every client-supplied dtype and shape passes
-// (PutTensor headers, inline tensors, node outputs). Rank 0..4, every dimension >= 1, a known
-// dtype, and a byte count that neither overflows 64 bits nor exceeds the limit.
+// (PutTensor headers, inline tensors, node outputs). Rank 0..4, every dimension >= 0 (a zero
+// makes an empty tensor), a known dtype, and a byte count that neither overflows 64 bits nor
+// exceeds the limit.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -146,8 +147,17 @@ TEST(MetaFromProto, RankAboveFour) {
   }
 }
 
-TEST(MetaFromProto, DimensionsBelowOne) {
-  for (int64_t d : {int64_t{0}, int64_t{-1}, std::numeric_limits<int64_t>::min()}) {
+TEST(MetaFromProto, ZeroDimensionsMakeEmptyTensors) {
+  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{0}, {3, 0}, {0, 5}}) {
+    absl::StatusOr<TensorMeta> m = MetaFromProto(v1::INT32, Shape(shape), kNoLimit, "tensor 'e'");
+    ASSERT_TRUE(m.ok()) << ShapeString(shape) << ": " << m.status();
+    EXPECT_EQ(m->shape, shape);
+    EXPECT_EQ(m->Bytes(), 0u);
+  }
+}
+
+TEST(MetaFromProto, NegativeDimensions) {
+  for (int64_t d : {int64_t{-1}, std::numeric_limits<int64_t>::min()}) {
     absl::StatusOr<TensorMeta> m = MetaFromProto(v1::INT32, Shape({4, d}), kNoLimit, "tensor 'd'");
     EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument) << d;
     EXPECT_TRUE(Mentions(m.status(), "tensor 'd'")) << m.status();
