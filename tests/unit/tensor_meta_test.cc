@@ -90,6 +90,17 @@ TEST(CheckMeta, InvalidDtype) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_TRUE(Mentions(s, "tensor 'd'")) << s;
   EXPECT_TRUE(Mentions(s, "FLOAT32")) << s;
+  EXPECT_TRUE(Mentions(s, "got DTYPE_UNSPECIFIED (0)")) << s;
+}
+
+// A value outside the enum (a newer client's dtype) is refused by its number, and never passes
+// as a dtype of zero-byte elements.
+TEST(CheckMeta, DtypeOutsideTheEnum) {
+  for (int value : {5, 99, -1}) {
+    absl::Status s = CheckMeta({static_cast<DType>(value), {2}}, kNoLimit, "tensor 'd'");
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << value << ": " << s;
+    EXPECT_TRUE(Mentions(s, absl::StrCat("got ", value))) << s;
+  }
 }
 
 // A hostile shape whose byte count wraps around 2^64 to something small must not pass.
@@ -165,12 +176,23 @@ TEST(MetaFromProto, NegativeDimensions) {
   }
 }
 
+// The message names the value the client sent, not what the server folded it into.
 TEST(MetaFromProto, UnknownDtypes) {
-  for (int dtype : {0, 5, -1, 99}) {
+  for (int dtype : {5, -1, 99}) {
     absl::StatusOr<TensorMeta> m = MetaFromProto(dtype, Shape({2}), kNoLimit, "tensor 'u'");
     EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument) << dtype;
     EXPECT_TRUE(Mentions(m.status(), "tensor 'u'")) << m.status();
+    EXPECT_TRUE(Mentions(m.status(), absl::StrCat("got ", dtype))) << m.status();
+    EXPECT_FALSE(Mentions(m.status(), "DTYPE_UNSPECIFIED")) << m.status();
   }
+}
+
+TEST(MetaFromProto, UnspecifiedDtype) {
+  absl::StatusOr<TensorMeta> m =
+      MetaFromProto(v1::DTYPE_UNSPECIFIED, Shape({2}), kNoLimit, "tensor 'u'");
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Mentions(m.status(), "tensor 'u'")) << m.status();
+  EXPECT_TRUE(Mentions(m.status(), "got DTYPE_UNSPECIFIED (0)")) << m.status();
 }
 
 TEST(MetaFromProto, OverflowingShape) {
