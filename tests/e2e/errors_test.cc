@@ -248,10 +248,10 @@ TEST_F(ErrorsTest, TransferErrorsEachGetTheirCodeAndTheServerKeepsServing) {
       {"put: empty stream", [&] { return RawPut({}); }, Code::kInvalidArgument, {"header"}},
       {"put: second header",
        [&] {
-         return RawPut({Header("p", v1::FLOAT32, {1}), Header("p", v1::FLOAT32, {1}), Chunk(4)});
+         return RawPut({Header("p", v1::FLOAT32, {1}), Header("q", v1::FLOAT32, {1}), Chunk(4)});
        },
        Code::kInvalidArgument,
-       {"header"}},
+       {"tensor 'p'", "second header", "'q'"}},
       {"put: dtype unspecified",
        [&] {
          return RawPut({Header("p", v1::DTYPE_UNSPECIFIED, {4}), Chunk(16)});
