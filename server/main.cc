@@ -23,6 +23,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "server/cpu/cpu_backend.h"
+#include "server/ops.h"
 #include "server/security.h"
 #include "server/service.h"
 #include "server/socket_drain.h"
@@ -208,6 +209,14 @@ int Run() {
       return 2;
     }
     metrics = *std::move(m);
+    // Every kernel this backend can run has its series at 0 from the first scrape, labelled as
+    // the executor's RecordKernel labels them: the table's op and algorithm names.
+    for (const OpSpec& op : Ops()) {
+      for (const AlgoSpec* algo : AlgorithmsFor(op.name, *backend)) {
+        metrics->InitKernelSeries(std::string_view(op.name.data(), op.name.size()),
+                                  std::string_view(algo->name.data(), algo->name.size()));
+      }
+    }
   }
 
   auto worker = DeviceWorker::Start(
