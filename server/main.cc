@@ -18,8 +18,12 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "server/cpu/cpu_backend.h"
+#include "server/ops.h"
 #include "server/security.h"
 #include "server/service.h"
 #include "server/socket_drain.h"
@@ -56,6 +60,29 @@ ABSL_FLAG(std::string, test_fail_algorithm, "",
 
 namespace opserve {
 namespace {
+
+// Abseil prints it after "opserve: ".
+constexpr char kUsage[] =
+    "GPU kernels behind a gRPC API.\n"
+    "\n"
+    "Usage: opserve [--flag=value ...]\n"
+    "\n"
+    "Serves opserve.v1.OpServe (with health and reflection) on --port and Prometheus metrics on\n"
+    "--metrics_port, on the GPU of --device or on the CPU reference backend. SIGTERM or SIGINT\n"
+    "drains the calls in flight and exits 0. --helpfull also lists the libraries' flags.";
+
+// --help and --helpshort list this file's flags, the server's; Abseil's default looks for a
+// file named after the program (opserve.cc, opserve_main.cc) and finds none. Abseil hands the
+// filter each flag's file with its leading slashes removed: a suffix of __FILE__ for ours.
+void SetUpUsage() {
+  absl::SetProgramUsageMessage(kUsage);
+  absl::FlagsUsageConfig config;
+  config.contains_help_flags = [](absl::string_view file) {
+    return !file.empty() && absl::EndsWith(__FILE__, file);
+  };
+  config.contains_helpshort_flags = config.contains_help_flags;
+  absl::SetFlagsUsageConfig(config);
+}
 
 // The first log line says which backend was chosen and why.
 absl::StatusOr<std::unique_ptr<Backend>> ChooseBackend(const std::string& device, uint64_t budget) {
@@ -182,6 +209,14 @@ int Run() {
       return 2;
     }
     metrics = *std::move(m);
+    // Every kernel this backend can run has its series at 0 from the first scrape, labelled as
+    // the executor's RecordKernel labels them: the table's op and algorithm names.
+    for (const OpSpec& op : Ops()) {
+      for (const AlgoSpec* algo : AlgorithmsFor(op.name, *backend)) {
+        metrics->InitKernelSeries(std::string_view(op.name.data(), op.name.size()),
+                                  std::string_view(algo->name.data(), algo->name.size()));
+      }
+    }
   }
 
   auto worker = DeviceWorker::Start(
@@ -288,7 +323,8 @@ int main(int argc, char** argv) {
   // Before any thread exists, so that every thread inherits the mask (see TerminationSignals).
   const sigset_t termination = opserve::TerminationSignals();
   pthread_sigmask(SIG_BLOCK, &termination, nullptr);
-  absl::ParseCommandLine(argc, argv);
+  opserve::SetUpUsage();
+  absl::ParseCommandLine(argc, argv);  // --help and the other usage flags print and exit 1 here
   // A gRPC reference this process never gives back, so that exit skips grpc_shutdown: in
   // Debian's gRPC 1.51 it joins an executor thread parked in a ~10 s epoll timeout, and a
   // drained server took that long to exit after "stopped" whenever a client had connected.

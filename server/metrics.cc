@@ -1,6 +1,7 @@
 // Prometheus metrics through prometheus-cpp. Every family is built once, in Create; label children
-// are made on first use and cached, so the hot paths (RecordKernel runs once per node) do a hash
-// lookup under a short mutex and a few atomic adds, never a Family::Add.
+// are made at start-up (every RPC and code, every kernel the server declares) or on first use,
+// and cached, so the hot paths (RecordKernel runs once per node) do a hash lookup under a short
+// mutex and a few atomic adds, never a Family::Add.
 #include "server/metrics.h"
 
 #include <array>
@@ -323,6 +324,11 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const std::string& bind
 Metrics::Metrics(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Metrics::~Metrics() = default;
+
+void Metrics::InitKernelSeries(std::string_view op, std::string_view algorithm) {
+  const std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->Kernel(op, algorithm);  // made at 0, or already there
+}
 
 void Metrics::RecordKernel(std::string_view op, std::string_view algorithm, double seconds,
                            uint64_t bytes, uint64_t flops) {

@@ -22,6 +22,11 @@ class Metrics {
                                                          const std::string& backend);
   ~Metrics();
 
+  // Makes the kernel series of (op, algorithm) exist at 0 in every kernel family. The server
+  // declares each row its backend runs at start-up, so that dashboards and rate() have a series
+  // from the first scrape instead of from the first launch (a series first seen at 1 hides that
+  // increase from rate()).
+  void InitKernelSeries(std::string_view op, std::string_view algorithm);
   // One kernel launch of a node: its time, minimal bytes and FLOPs.
   void RecordKernel(std::string_view op, std::string_view algorithm, double seconds,
                     uint64_t bytes, uint64_t flops);

@@ -53,7 +53,8 @@ absl::StatusOr<TensorMeta> MetaFromProto(int dtype,
                                          const google::protobuf::RepeatedField<int64_t>& shape,
                                          uint64_t max_bytes, absl::string_view what) {
   TensorMeta meta;
-  meta.dtype = IsValidDType(dtype) ? static_cast<DType>(dtype) : DType::kInvalid;
+  // Kept as sent, known or not: CheckMeta refuses an unknown value by its number.
+  meta.dtype = static_cast<DType>(dtype);
   if (shape.size() > kMaxRank) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": rank must be 0..", kMaxRank, ", got ", shape.size()));

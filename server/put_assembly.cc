@@ -17,7 +17,11 @@ absl::Status PutAssembly::OnMessage(const v1::PutTensorRequest& msg) {
 }
 
 absl::Status PutAssembly::OnHeader(const v1::PutTensorHeader& h) {
-  if (tensor_) return absl::InvalidArgumentError("a second header arrived; send one per stream");
+  if (tensor_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor ", Quote(tensor_->name), ": a second header arrived (for ",
+                     Quote(h.name()), "); send one header per stream"));
+  }
   const std::string what = absl::StrCat("tensor ", Quote(h.name()));
   RETURN_IF_ERROR(CheckTensorName(h.name(), what));
   ASSIGN_OR_RETURN(TensorMeta meta, MetaFromProto(h.dtype(), h.shape(), limits_.max_tensor_bytes, what));

@@ -8,10 +8,13 @@
 #include <map>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "opserve/v1/opserve.grpc.pb.h"
 #include "server/device_worker.h"
+#include "server/grpc_status.h"
 #include "server/metrics.h"
 #include "server/plan.h"
+#include "server/request_parsing.h"
 #include "server/tensor_store.h"
 #include "server/transfer_pool.h"
 
@@ -30,10 +33,14 @@ class OpServeService final : public v1::OpServe::CallbackService {
  public:
   OpServeService(Backend& backend, TensorStore& store, DeviceWorker& worker, Metrics* metrics,
                  ServiceOptions options)
-      : backend_(backend), store_(store), worker_(worker), metrics_(metrics), options_(options) {}
+      : backend_(backend), store_(store), worker_(worker), metrics_(metrics), options_(options) {
+    ParseRequestsInHandlers();
+  }
 
-  grpc::ServerReadReactor<v1::PutTensorRequest>* PutTensor(grpc::CallbackServerContext* ctx,
-                                                           v1::PutTensorResponse* resp) override;
+  // PutTensor reads its messages as ParsedRequest (see ParseRequestsInHandlers), so its reactor
+  // is not the generated PutTensor(ctx, resp) override, which nothing calls.
+  grpc::ServerReadReactor<ParsedRequest<v1::PutTensorRequest>>* StartPutTensor(
+      grpc::CallbackServerContext* ctx, v1::PutTensorResponse* resp);
   grpc::ServerWriteReactor<v1::GetTensorResponse>* GetTensor(
       grpc::CallbackServerContext* ctx, const v1::GetTensorRequest* req) override;
   grpc::ServerUnaryReactor* DeleteTensor(grpc::CallbackServerContext* ctx,
@@ -74,6 +81,75 @@ class OpServeService final : public v1::OpServe::CallbackService {
   absl::StatusOr<std::string> Authenticate(grpc::CallbackServerContext* ctx) const;
 
  private:
+  // gRPC's generated handlers end a call whose request does not parse with a bare UNIMPLEMENTED
+  // and never call the service (server/request_parsing.h says when and why). These replace them,
+  // method by method, with handlers whose request type is ParsedRequest<T>: a request that
+  // parses reaches the methods above as before, one that does not is answered INVALID_ARGUMENT
+  // naming the RPC and the field. Runs once, in the constructor, before the server starts.
+  // (The generated SetMessageAllocatorFor_* would cast these handlers to the wrong type: unused.)
+  void ParseRequestsInHandlers() {
+    ParseUnary("DeleteTensor", &OpServeService::DeleteTensor);
+    ParseUnary("ListTensors", &OpServeService::ListTensors);
+    ParseUnary("Execute", &OpServeService::Execute);
+    ParseUnary("ListOps", &OpServeService::ListOps);
+    using GetRequest = ParsedRequest<v1::GetTensorRequest>;
+    MarkMethodCallback(
+        MethodIndex("GetTensor"),
+        new grpc::internal::CallbackServerStreamingHandler<GetRequest, v1::GetTensorResponse>(
+            [this](grpc::CallbackServerContext* ctx,
+                   const GetRequest* req) -> grpc::ServerWriteReactor<v1::GetTensorResponse>* {
+              if (req->status.ok()) return GetTensor(ctx, &req->message);
+              return new FinishedWriteReactor<v1::GetTensorResponse>(
+                  ToGrpcStatus(RefuseUnparsed(ctx, "GetTensor", req->status)));
+            }));
+    // Each message of the stream is checked by the reactor as it arrives.
+    MarkMethodCallback(
+        MethodIndex("PutTensor"),
+        new grpc::internal::CallbackClientStreamingHandler<ParsedRequest<v1::PutTensorRequest>,
+                                                           v1::PutTensorResponse>(
+            [this](grpc::CallbackServerContext* ctx, v1::PutTensorResponse* resp) {
+              return StartPutTensor(ctx, resp);
+            }));
+  }
+
+  template <typename Request, typename Response>
+  void ParseUnary(absl::string_view rpc,
+                  grpc::ServerUnaryReactor* (OpServeService::*method)(
+                      grpc::CallbackServerContext*, const Request*, Response*)) {
+    MarkMethodCallback(
+        MethodIndex(rpc),
+        new grpc::internal::CallbackUnaryHandler<ParsedRequest<Request>, Response>(
+            [this, rpc, method](grpc::CallbackServerContext* ctx, const ParsedRequest<Request>* req,
+                                Response* resp) -> grpc::ServerUnaryReactor* {
+              if (req->status.ok()) return (this->*method)(ctx, &req->message, resp);
+              grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+              reactor->Finish(ToGrpcStatus(RefuseUnparsed(ctx, rpc, req->status)));
+              return reactor;
+            }));
+  }
+
+  // The answer to a request of `rpc` that did not parse (`parse`), counted like any other: a
+  // caller without a valid token learns nothing more than UNAUTHENTICATED.
+  absl::Status RefuseUnparsed(grpc::CallbackServerContext* ctx, absl::string_view rpc,
+                              const absl::Status& parse) {
+    const auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<std::string> ns = Authenticate(ctx);
+    const absl::Status s =
+        ns.ok() ? absl::Status(parse.code(), absl::StrCat(rpc, ": ", parse.message()))
+                : ns.status();
+    RecordRpc(rpc, s, start);
+    return s;
+  }
+
+  // The position of `rpc` in the service, which is the index the generated code registers it at.
+  static int MethodIndex(absl::string_view rpc) {
+    return v1::GetTensorRequest::descriptor()
+        ->file()
+        ->FindServiceByName("OpServe")
+        ->FindMethodByName(std::string(rpc))
+        ->index();
+  }
+
   Backend& backend_;
   TensorStore& store_;
   DeviceWorker& worker_;

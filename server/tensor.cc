@@ -62,10 +62,13 @@ std::string TensorMeta::DebugString() const {
 }
 
 absl::Status CheckMeta(const TensorMeta& meta, uint64_t max_bytes, absl::string_view what) {
-  if (meta.dtype == DType::kInvalid) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": dtype must be FLOAT32, INT32, INT64 or BFLOAT16, got ",
-                     DTypeName(meta.dtype)));
+  // Any value outside the enum, not only kInvalid: a newer client's dtype arrives as its number
+  // (MetaFromProto keeps it), and the message names what the client sent.
+  if (const int value = static_cast<int>(meta.dtype); !IsValidDType(value)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": dtype must be FLOAT32, INT32, INT64 or BFLOAT16, got ",
+        meta.dtype == DType::kInvalid ? absl::StrCat(DTypeName(meta.dtype), " (0)")
+                                      : absl::StrCat(value)));
   }
   if (meta.rank() > kMaxRank) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": rank must be 0..", kMaxRank,

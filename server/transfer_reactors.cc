@@ -1,5 +1,7 @@
 // PutTensor and GetTensor: streaming reactors that move tensor bytes in chunks. A put's bytes
-// are assembled by PutAssembly, which commits only a complete tensor.
+// are assembled by PutAssembly, which commits only a complete tensor. A put's messages arrive
+// as ParsedRequest (server/request_parsing.h): one that does not parse fails the upload with
+// INVALID_ARGUMENT rather than reading as the end of the stream.
 //
 // Neither reactor waits on the device on a gRPC thread: every step that may (staging a chunk,
 // a device-to-host copy, the upload's final wait, freeing an upload) runs on the service's
@@ -27,7 +29,7 @@ using Clock = std::chrono::steady_clock;
 constexpr uint32_t kMinChunkBytes = 4 << 10;
 constexpr uint32_t kMaxChunkBytes = 64 << 20;
 
-class PutReactor final : public grpc::ServerReadReactor<v1::PutTensorRequest> {
+class PutReactor final : public grpc::ServerReadReactor<ParsedRequest<v1::PutTensorRequest>> {
  public:
   PutReactor(OpServeService* svc, grpc::CallbackServerContext* ctx, v1::PutTensorResponse* resp)
       : svc_(svc), ctx_(ctx), resp_(resp) {
@@ -45,7 +47,13 @@ class PutReactor final : public grpc::ServerReadReactor<v1::PutTensorRequest> {
   void OnReadDone(bool ok) override {
     Do(Locked([&] {
       reading_ = false;
-      if (ok) {
+      if (ok && !msgs_[reading_idx_].status.ok()) {
+        // Not an end of stream: an upload whose last message does not parse is not complete.
+        const absl::Status& s = msgs_[reading_idx_].status;
+        error_ = absl::Status(s.code(), absl::StrCat("PutTensor: message ", messages_read_ + 1,
+                                                     " of the stream: ", s.message()));
+      } else if (ok) {
+        ++messages_read_;
         pending_ = reading_idx_;
       } else {  // the client half-closed, or the call broke
         eof_ = true;
@@ -111,8 +119,8 @@ class PutReactor final : public grpc::ServerReadReactor<v1::PutTensorRequest> {
     if (a.read >= 0) StartRead(&msgs_[a.read]);
     if (a.process >= 0) {
       svc_->transfers().Post([this, idx = a.process] {
-        absl::Status s = assembly_->OnMessage(msgs_[idx]);
-        msgs_[idx].Clear();
+        absl::Status s = assembly_->OnMessage(msgs_[idx].message);
+        msgs_[idx].message.Clear();
         Do(Locked([&] {
           processing_ = false;
           if (!s.ok()) error_ = s;
@@ -155,13 +163,14 @@ class PutReactor final : public grpc::ServerReadReactor<v1::PutTensorRequest> {
   grpc::CallbackServerContext* ctx_;
   v1::PutTensorResponse* resp_;
   const Clock::time_point start_ = Clock::now();
-  v1::PutTensorRequest msgs_[2];
+  ParsedRequest<v1::PutTensorRequest> msgs_[2];
   std::optional<PutAssembly> assembly_;
 
   std::mutex mu_;
   bool reading_ = false;
   int reading_idx_ = -1;
   int pending_ = -1;  // a message read and not yet processed
+  int messages_read_ = 0;  // that parsed
   bool processing_ = false;
   int processing_idx_ = -1;
   bool eof_ = false;
@@ -313,7 +322,7 @@ class GetReactor final : public grpc::ServerWriteReactor<v1::GetTensorResponse> 
 
 }  // namespace
 
-grpc::ServerReadReactor<v1::PutTensorRequest>* OpServeService::PutTensor(
+grpc::ServerReadReactor<ParsedRequest<v1::PutTensorRequest>>* OpServeService::StartPutTensor(
     grpc::CallbackServerContext* ctx, v1::PutTensorResponse* resp) {
   return new PutReactor(this, ctx, resp);
 }

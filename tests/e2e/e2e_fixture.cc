@@ -1,6 +1,7 @@
 #include "tests/e2e/e2e_fixture.h"
 
 #include <grpcpp/create_channel.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/security/credentials.h>
 
 #include <cstdlib>
@@ -85,6 +86,53 @@ AssertionResult StatusIs(const absl::Status& s, absl::StatusCode code,
     }
   }
   return AssertionSuccess();
+}
+
+RawResult RawCall(const std::string& target, const std::string& method,
+                  const std::vector<std::string>& messages,
+                  const std::multimap<std::string, std::string>& metadata) {
+  grpc::GenericStub stub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  for (const auto& [key, value] : metadata) ctx.AddMetadata(key, value);
+  grpc::CompletionQueue cq;
+  // Each operation waits for its own completion: one at a time on this queue.
+  auto wait = [&cq] {
+    void* tag;
+    bool ok = false;
+    return cq.Next(&tag, &ok) && ok;
+  };
+  RawResult result;
+  {
+    std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call =
+        stub.PrepareCall(&ctx, "/opserve.v1.OpServe/" + method, &cq);
+    call->StartCall(nullptr);
+    bool open = wait();
+    for (const std::string& m : messages) {
+      if (!open) break;
+      grpc::Slice slice(m);
+      call->Write(grpc::ByteBuffer(&slice, 1), nullptr);
+      open = wait();  // false once the server has finished the call
+    }
+    if (open) {
+      call->WritesDone(nullptr);
+      wait();
+    }
+    grpc::ByteBuffer response;
+    for (;;) {
+      call->Read(&response, nullptr);
+      if (!wait()) break;
+      ++result.responses;
+    }
+    call->Finish(&result.status, nullptr);
+    wait();
+  }
+  cq.Shutdown();
+  void* tag;
+  bool ok;
+  while (cq.Next(&tag, &ok)) {
+  }
+  return result;
 }
 
 client::HostTensor RandomTensor(v1::DType dtype, std::vector<int64_t> shape, std::mt19937_64& rng) {

@@ -68,6 +68,22 @@ class OpserveTest : public ::testing::Test {
 ::testing::AssertionResult StatusIs(const absl::Status& s, absl::StatusCode code,
                                     std::initializer_list<std::string> fragments = {});
 
+// ---- raw calls ----
+
+struct RawResult {
+  grpc::Status status;
+  int responses = 0;
+};
+
+// One call of opserve.v1.OpServe's `method` over a new plaintext channel to `target` that sends
+// `messages` as they are (bytes the generated stub would not produce: invalid UTF-8 in a string
+// field, wire data cut short), half-closes, reads every response and finishes. Works for unary
+// and streaming methods alike (on the wire a unary call is one message each way). `metadata` is
+// added to the call (e.g. {"authorization", "Bearer ..."}).
+RawResult RawCall(const std::string& target, const std::string& method,
+                  const std::vector<std::string>& messages,
+                  const std::multimap<std::string, std::string>& metadata = {});
+
 // ---- tensors ----
 
 client::HostTensor RandomTensor(v1::DType dtype, std::vector<int64_t> shape, std::mt19937_64& rng);

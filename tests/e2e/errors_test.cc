@@ -141,7 +141,12 @@ TEST_F(ErrorsTest, ExecuteErrorsEachGetTheirCodeAndTheServerKeepsServing) {
         AddInline(r, "x", v1::DTYPE_UNSPECIFIED, {2}, 8);
         AddNode(r, "s", "sum", {Inline("x")});
       }),
-      Code::kInvalidArgument, {"'x'", "dtype"});
+      Code::kInvalidArgument, {"'x'", "dtype", "got DTYPE_UNSPECIFIED (0)"});
+  add("inline dtype out of range", req([](auto& r) {
+        AddInline(r, "x", static_cast<v1::DType>(99), {2}, 8);
+        AddNode(r, "s", "sum", {Inline("x")});
+      }),
+      Code::kInvalidArgument, {"'x'", "dtype", "got 99"});
   add("inline rank 5", req([](auto& r) {
         AddInline(r, "x", v1::FLOAT32, {1, 1, 1, 1, 2});
         AddNode(r, "s", "sum", {Inline("x")});
@@ -243,22 +248,22 @@ TEST_F(ErrorsTest, TransferErrorsEachGetTheirCodeAndTheServerKeepsServing) {
       {"put: empty stream", [&] { return RawPut({}); }, Code::kInvalidArgument, {"header"}},
       {"put: second header",
        [&] {
-         return RawPut({Header("p", v1::FLOAT32, {1}), Header("p", v1::FLOAT32, {1}), Chunk(4)});
+         return RawPut({Header("p", v1::FLOAT32, {1}), Header("q", v1::FLOAT32, {1}), Chunk(4)});
        },
        Code::kInvalidArgument,
-       {"header"}},
+       {"tensor 'p'", "second header", "'q'"}},
       {"put: dtype unspecified",
        [&] {
          return RawPut({Header("p", v1::DTYPE_UNSPECIFIED, {4}), Chunk(16)});
        },
        Code::kInvalidArgument,
-       {"'p'", "dtype"}},
+       {"'p'", "dtype", "got DTYPE_UNSPECIFIED (0)"}},
       {"put: dtype out of range",
        [&] {
-         return RawPut({Header("p", 9, {4}), Chunk(16)});
+         return RawPut({Header("p", 99, {4}), Chunk(16)});
        },
        Code::kInvalidArgument,
-       {"'p'", "dtype"}},
+       {"'p'", "dtype", "got 99"}},
       {"put: rank 5",
        [&] {
          return RawPut({Header("p", v1::FLOAT32, {1, 1, 1, 1, 1}), Chunk(4)});

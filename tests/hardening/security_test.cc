@@ -313,6 +313,30 @@ TEST_F(TokenTest, MissingOrWrongTokenIsUnauthenticatedOnEveryRpc) {
   EXPECT_NE(cli_ok.output.find("secret"), std::string::npos) << cli_ok.output;
 }
 
+// A request that does not parse (a GetTensor name of raw bytes): without a valid token the
+// caller learns only UNAUTHENTICATED; with one, INVALID_ARGUMENT naming the RPC and the field.
+// Both are counted in opserve_requests_total like any other answer.
+TEST_F(TokenTest, UnparsableRequestsAreAuthenticatedFirstAndCounted) {
+  const std::string bad_name = std::string("\x0a\x02\xff\xfe", 4);  // GetTensorRequest.name
+  const double unauthenticated = Requests("GetTensor", "UNAUTHENTICATED");
+  const double invalid = Requests("GetTensor", "INVALID_ARGUMENT");
+  e2e::RawResult r = e2e::RawCall(server().target(), "GetTensor", {bad_name},
+                                  {{"authorization", "Bearer wrong"}});
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAUTHENTICATED) << r.status.error_message();
+  EXPECT_EQ(r.status.error_message().find("UTF-8"), std::string::npos) << r.status.error_message();
+  r = e2e::RawCall(server().target(), "GetTensor", {bad_name},
+                   {{"authorization", absl::StrCat("Bearer ", kAlice)}});
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << r.status.error_message();
+  EXPECT_NE(r.status.error_message().find("GetTensor: "), std::string::npos)
+      << r.status.error_message();
+  EXPECT_NE(r.status.error_message().find("name is not valid UTF-8"), std::string::npos)
+      << r.status.error_message();
+  EXPECT_EQ(Requests("GetTensor", "UNAUTHENTICATED"), unauthenticated + 1);
+  EXPECT_EQ(Requests("GetTensor", "INVALID_ARGUMENT"), invalid + 1);
+  EXPECT_EQ(Requests("GetTensor", "UNIMPLEMENTED"), 0);
+  EXPECT_TRUE(Serving());
+}
+
 TEST_F(TokenTest, HealthStaysOpenWithoutAToken) {
   for (const char* token : {"", "wrong", kBob}) {
     absl::StatusOr<bool> serving = NewClient(As(token))->HealthServing();

@@ -3,16 +3,19 @@
 
 1. Starts `opserve --device=cpu` on loopback and a Prometheus server (temporary storage, scrape
    and rule evaluation every second, deploy/prometheus/rules loaded) that scrapes its /metrics.
-2. Over gRPC (Debian's python3-grpcio, stubs generated here with protoc and grpc_python_plugin):
+2. Before any request: every kernel series (the four opserve_kernel_* families, one per op and
+   algorithm of the backend's table, as ListOps then lists them) exists at 0 on /metrics and in
+   Prometheus.
+3. Over gRPC (Debian's python3-grpcio, stubs generated here with protoc and grpc_python_plugin):
    ListOps, then Execute graphs of every op with every algorithm the server lists, with inline
    tensors, in two rounds so that every kernel series has samples before and after an increase.
    One malformed graph checks that failures are counted under their code.
-3. Asks Prometheus' HTTP API (/api/v1/query) until, or fails after a deadline:
+4. Asks Prometheus' HTTP API (/api/v1/query) until, or fails after a deadline:
    - instance_op_algorithm:opserve_kernel_gigabytes_per_second:rate5m > 0 for every (op,
      algorithm) that ran, and the GFLOP/s rule > 0 for matmul;
    - opserve_requests_total by (rpc, code) equal to the requests this test sent and the codes it
      got back; the error-ratio and latency recording rules present.
-4. Lints the server's own /metrics with `promtool check metrics`.
+5. Lints the server's own /metrics with `promtool check metrics`.
 
 Everything is bounded in time (--timeout, and a deadline on every wait); both servers are stopped
 on every exit path. Needs: prometheus, promtool, protoc, grpc_python_plugin, python3-grpcio.
@@ -39,6 +42,8 @@ import urllib.parse
 import urllib.request
 
 OPS = ("sum", "row_sum", "row_mean", "transpose", "matmul")
+KERNEL_FAMILIES = ("opserve_kernel_seconds_total", "opserve_kernel_bytes_total",
+                   "opserve_kernel_flops_total", "opserve_kernel_launches_total")
 GBPS_RULE = "instance_op_algorithm:opserve_kernel_gigabytes_per_second:rate5m"
 GFLOPS_RULE = "instance_op_algorithm:opserve_kernel_gigaflops_per_second:rate5m"
 JOB = "opserve"
@@ -224,6 +229,22 @@ class Prom:
         return [r["name"] for g in body["data"]["groups"] for r in g["rules"]]
 
 
+def parse_exposition(text):
+    """The samples of a Prometheus text exposition: (name, {label: value}, float value)."""
+    samples = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = re.match(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)', line)
+        if not m:
+            raise Failure(f"unparsable exposition line: {line!r}")
+        labels = {k: re.sub(r'\\(.)', lambda e: "\n" if e.group(1) == "n" else e.group(1), v)
+                  for k, v in re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"',
+                                         m.group(2) or "")}
+        samples.append((m.group(1), labels, float(m.group(3))))
+    return samples
+
+
 def sample_map(result, *labels):
     return {tuple(s["metric"].get(l, "") for l in labels): float(s["value"][1]) for s in result}
 
@@ -308,6 +329,28 @@ def main():
                  lambda: sample_map(prom.query(f'up{{job="{JOB}"}}'), "job") == {(JOB,): 1.0},
                  time.monotonic() + 30)
 
+        # Before any request: the kernel series of every (op, algorithm) the server's backend
+        # runs exist at 0, on /metrics and in Prometheus, so that dashboards and rate() have
+        # them from the first scrape (compared with ListOps's table once it has been called).
+        initial = parse_exposition(http_get(f"http://127.0.0.1:{metrics_port}/metrics"))
+        initial_kernels = {}  # family -> {(op, algorithm, device): value}
+        for family in KERNEL_FAMILIES:
+            initial_kernels[family] = {(l["op"], l["algorithm"], l["device"]): v
+                                       for name, l, v in initial if name == family}
+            nonzero = {k: v for k, v in initial_kernels[family].items() if v != 0}
+            if not initial_kernels[family] or nonzero:
+                raise Failure(f"before any request, {family} should hold a 0 for every kernel; "
+                              f"has {initial_kernels[family]}")
+
+        def kernels_at_zero_in_prometheus():
+            procs.check_alive()
+            seen = sample_map(prom.query(f'opserve_kernel_launches_total{{job="{JOB}"}}'),
+                              "op", "algorithm", "device")
+            return seen if set(seen) == set(initial_kernels["opserve_kernel_launches_total"]) \
+                and not any(seen.values()) else None
+        wait_for("every kernel series at 0 in Prometheus before any request",
+                 kernels_at_zero_in_prometheus, time.monotonic() + 30)
+
         sent = collections.Counter()  # (rpc, code name) -> requests
 
         def call(rpc, request):
@@ -328,6 +371,12 @@ def main():
             raise Failure(f"ListOps lacks ops {missing}: has {sorted(by_name)}")
         log(f"backend {ops.backend!r} device {ops.device!r}: "
             + ", ".join(f"{o.name}[{', '.join(a.name for a in o.algorithms)}]" for o in ops.ops))
+        listed = {(o.name, a.name, "cpu") for o in ops.ops for a in o.algorithms}
+        for family in KERNEL_FAMILIES:
+            if set(initial_kernels[family]) != listed:
+                raise Failure(f"before any request {family} had series for "
+                              f"{sorted(initial_kernels[family])}; ListOps lists {sorted(listed)}")
+        log(f"before any request: {len(listed)} kernel series at 0 in each kernel family")
 
         rng = random.Random(20261122)
         plan = []  # (op, requested algorithm, dtype)
@@ -351,16 +400,17 @@ def main():
                         raise Failure(f"{op}: NodeResult.algorithm is {node.algorithm!r}")
                     ran.add((node.op, node.algorithm))
 
-        # Round 1 makes the kernel series. Prometheus must see them before they grow, or rate()
-        # has a single sample to work with.
+        # Round 1 runs every kernel once. Prometheus has scraped each series at 0 already, so
+        # rate() sees this first increase too.
         run_round()
         log(f"round 1: {len(plan)} graphs; kernels that ran: {sorted(ran)}")
 
         def kernels_scraped():
             procs.check_alive()
             seen = sample_map(prom.query(f'opserve_kernel_launches_total{{job="{JOB}"}}'), "op", "algorithm")
-            return set(seen) >= ran
-        wait_for("every kernel series in Prometheus", kernels_scraped, time.monotonic() + 30)
+            return all(seen.get(k, 0) >= 1 for k in ran)
+        wait_for("every kernel's first launch in Prometheus", kernels_scraped,
+                 time.monotonic() + 30)
         time.sleep(1.5)  # one more scrape of the round-1 values
 
         for _ in range(args.rounds):

@@ -99,8 +99,9 @@ std::unique_ptr<Metrics> MakeMetrics(const std::string& bind = "") {
 TEST(MetricsTest, EveryFamilyIsExportedWithItsType) {
   auto metrics = MakeMetrics();
   ASSERT_NE(metrics, nullptr);
-  // No kernel series until a kernel ran (op and algorithm come from the server's table), and
-  // prometheus-cpp leaves a family without series out of the scrape.
+  // No kernel series until a kernel ran or was declared (op and algorithm come from the server's
+  // table, which metrics.cc does not know), and prometheus-cpp leaves a family without series
+  // out of the scrape.
   EXPECT_EQ(CountSeries(metrics->Scrape(), "opserve_kernel_launches_total"), 0);
   metrics->RecordKernel("sum", "two_pass", 0.5, 4000, 1000);
   const std::string text = metrics->Scrape();
@@ -160,6 +161,32 @@ TEST(MetricsTest, KernelCountersAddUpPerOpAndAlgorithm) {
   EXPECT_EQ(Value(text, "opserve_kernel_seconds_total", matmul), 2.0);
   EXPECT_EQ(Value(text, "opserve_kernel_flops_total", matmul), 1e12);
   EXPECT_EQ(Value(text, "opserve_kernel_launches_total", matmul), 1);
+  EXPECT_EQ(CountSeries(text, "opserve_kernel_launches_total"), 2);
+}
+
+// The server declares every (op, algorithm) of its backend's table at start-up: all four kernel
+// families show each at 0 with the device label RecordKernel uses, before any launch, and a
+// launch then adds to that same series.
+TEST(MetricsTest, DeclaredKernelSeriesExistAtZeroBeforeTheFirstLaunch) {
+  auto metrics = Metrics::Create("", "cuda:0", "cuda");
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  (*metrics)->InitKernelSeries("sum", "two_pass");
+  (*metrics)->InitKernelSeries("matmul", "tiled");
+  (*metrics)->InitKernelSeries("sum", "two_pass");  // twice: still one series
+  std::string text = (*metrics)->Scrape();
+  const Labels sum = {{"op", "sum"}, {"algorithm", "two_pass"}, {"device", "cuda:0"}};
+  const Labels matmul = {{"op", "matmul"}, {"algorithm", "tiled"}, {"device", "cuda:0"}};
+  for (const char* family : {"opserve_kernel_seconds_total", "opserve_kernel_bytes_total",
+                             "opserve_kernel_flops_total", "opserve_kernel_launches_total"}) {
+    EXPECT_EQ(Value(text, family, sum), 0) << family;
+    EXPECT_EQ(Value(text, family, matmul), 0) << family;
+    EXPECT_EQ(CountSeries(text, family), 2) << family;
+  }
+  (*metrics)->RecordKernel("sum", "two_pass", 0.5, 4000, 1000);
+  text = (*metrics)->Scrape();
+  EXPECT_EQ(Value(text, "opserve_kernel_launches_total", sum), 1);
+  EXPECT_EQ(Value(text, "opserve_kernel_bytes_total", sum), 4000);
+  EXPECT_EQ(Value(text, "opserve_kernel_launches_total", matmul), 0);
   EXPECT_EQ(CountSeries(text, "opserve_kernel_launches_total"), 2);
 }
 

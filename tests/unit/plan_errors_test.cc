@@ -297,7 +297,20 @@ TEST_F(PlanErrorsTest, InlineTensorBadMeta) {
 TEST_F(PlanErrorsTest, InlineTensorBadDtype) {
   AddInline(req_, "u", v1::DTYPE_UNSPECIFIED, {2});
   AddNode(req_, "s", "sum", {Inline("u")});
-  EXPECT_TRUE(StatusIs(BuildStatus(), absl::StatusCode::kInvalidArgument, {"'u'", "dtype"}));
+  EXPECT_TRUE(StatusIs(BuildStatus(), absl::StatusCode::kInvalidArgument,
+                       {"'u'", "dtype", "got DTYPE_UNSPECIFIED (0)"}));
+}
+
+// A dtype value the enum does not have is named by its number, not as DTYPE_UNSPECIFIED.
+TEST_F(PlanErrorsTest, InlineTensorDtypeOutsideTheEnum) {
+  v1::Tensor& t = (*req_.mutable_inline_tensors())["u"];
+  t.set_dtype(static_cast<v1::DType>(99));
+  t.add_shape(2);
+  t.set_data(std::string(8, '\0'));
+  AddNode(req_, "s", "sum", {Inline("u")});
+  const absl::Status s = BuildStatus();
+  EXPECT_TRUE(StatusIs(s, absl::StatusCode::kInvalidArgument, {"'u'", "dtype", "got 99"}));
+  EXPECT_EQ(s.message().find("DTYPE_UNSPECIFIED"), absl::string_view::npos) << s;
 }
 
 TEST_F(PlanErrorsTest, InlineTensorBadName) {

@@ -1,6 +1,7 @@
 // CheckMeta and MetaFromProto: the one gate every client-supplied dtype and shape passes
-// (PutTensor headers, inline tensors, node outputs). Rank 0..4, every dimension >= 1, a known
-// dtype, and a byte count that neither overflows 64 bits nor exceeds the limit.
+// (PutTensor headers, inline tensors, node outputs). Rank 0..4, every dimension >= 0 (a zero
+// makes an empty tensor), a known dtype, and a byte count that neither overflows 64 bits nor
+// exceeds the limit.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -89,6 +90,17 @@ TEST(CheckMeta, InvalidDtype) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_TRUE(Mentions(s, "tensor 'd'")) << s;
   EXPECT_TRUE(Mentions(s, "FLOAT32")) << s;
+  EXPECT_TRUE(Mentions(s, "got DTYPE_UNSPECIFIED (0)")) << s;
+}
+
+// A value outside the enum (a newer client's dtype) is refused by its number, and never passes
+// as a dtype of zero-byte elements.
+TEST(CheckMeta, DtypeOutsideTheEnum) {
+  for (int value : {5, 99, -1}) {
+    absl::Status s = CheckMeta({static_cast<DType>(value), {2}}, kNoLimit, "tensor 'd'");
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << value << ": " << s;
+    EXPECT_TRUE(Mentions(s, absl::StrCat("got ", value))) << s;
+  }
 }
 
 // A hostile shape whose byte count wraps around 2^64 to something small must not pass.
@@ -146,6 +158,15 @@ TEST(MetaFromProto, RankAboveFour) {
   }
 }
 
+TEST(MetaFromProto, ZeroDimensionsMakeEmptyTensors) {
+  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{0}, {3, 0}, {0, 5}}) {
+    absl::StatusOr<TensorMeta> m = MetaFromProto(v1::INT32, Shape(shape), kNoLimit, "tensor 'e'");
+    ASSERT_TRUE(m.ok()) << ShapeString(shape) << ": " << m.status();
+    EXPECT_EQ(m->shape, shape);
+    EXPECT_EQ(m->Bytes(), 0u);
+  }
+}
+
 TEST(MetaFromProto, NegativeDimensions) {
   for (int64_t d : {int64_t{-1}, std::numeric_limits<int64_t>::min()}) {
     absl::StatusOr<TensorMeta> m = MetaFromProto(v1::INT32, Shape({4, d}), kNoLimit, "tensor 'd'");
@@ -155,12 +176,23 @@ TEST(MetaFromProto, NegativeDimensions) {
   }
 }
 
+// The message names the value the client sent, not what the server folded it into.
 TEST(MetaFromProto, UnknownDtypes) {
-  for (int dtype : {0, 5, -1, 99}) {
+  for (int dtype : {5, -1, 99}) {
     absl::StatusOr<TensorMeta> m = MetaFromProto(dtype, Shape({2}), kNoLimit, "tensor 'u'");
     EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument) << dtype;
     EXPECT_TRUE(Mentions(m.status(), "tensor 'u'")) << m.status();
+    EXPECT_TRUE(Mentions(m.status(), absl::StrCat("got ", dtype))) << m.status();
+    EXPECT_FALSE(Mentions(m.status(), "DTYPE_UNSPECIFIED")) << m.status();
   }
+}
+
+TEST(MetaFromProto, UnspecifiedDtype) {
+  absl::StatusOr<TensorMeta> m =
+      MetaFromProto(v1::DTYPE_UNSPECIFIED, Shape({2}), kNoLimit, "tensor 'u'");
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Mentions(m.status(), "tensor 'u'")) << m.status();
+  EXPECT_TRUE(Mentions(m.status(), "got DTYPE_UNSPECIFIED (0)")) << m.status();
 }
 
 TEST(MetaFromProto, OverflowingShape) {

@@ -1,0 +1,161 @@
+// Requests that do not parse reach the service as an error it can answer.
+//
+// gRPC 1.51's callback handlers (grpcpp/impl/codegen/server_callback_handlers.h) parse a unary or
+// server-streaming request before the service sees the call; when the parse fails they never
+// call the service and end the call with UNIMPLEMENTED and an empty message, which reads as "no
+// such method" and is counted nowhere. A client-streaming handler reports a message that does
+// not parse as a failed read, which PutTensor could not tell from the client half-closing.
+// Protobuf refuses to parse wire data that is cut short or malformed, and a proto3 `string`
+// field that is not valid UTF-8 (e.g. a GetTensor name of raw bytes).
+//
+// The service therefore registers its methods with ParsedRequest<T> as the request type instead
+// of T (OpServeService::ParseRequestsInHandlers). Its SerializationTraits below never fail: they
+// keep the message, or the reason it does not parse (the first string field that is not UTF-8,
+// by its path, or where the wire data breaks), and the handler answers INVALID_ARGUMENT naming
+// the RPC and that reason. The wire format and the generated client API do not change.
+#pragma once
+
+#include <grpcpp/impl/codegen/proto_utils.h>
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/proto_buffer_reader.h>
+#include <grpcpp/support/server_callback.h>
+#include <grpcpp/support/status.h>
+
+#include <map>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/message.h"
+#include "google/protobuf/stubs/common.h"
+#include "google/protobuf/wire_format_lite.h"
+
+namespace opserve {
+
+template <typename T>
+struct ParsedRequest {
+  T message;
+  absl::Status status;  // INVALID_ARGUMENT when the bytes did not parse as T
+};
+
+namespace request_parsing_internal {
+
+using google::protobuf::Descriptor;
+using google::protobuf::FieldDescriptor;
+using google::protobuf::io::CodedInputStream;
+using google::protobuf::internal::WireFormatLite;
+
+// Walks one message of type `d` up to the stream's current limit. Returns false with `why` set
+// at the first string field that is not UTF-8 or the first wire fault; true when this part of
+// the bytes is fine. Paths name fields as a reader of the proto would: "nodes[1].id",
+// "inline_tensors[0].key" (repeated fields and map entries by their position on the wire).
+inline bool Walk(const Descriptor& d, CodedInputStream& in, const std::string& prefix,
+                 std::string* why) {
+  std::map<int, int> seen;  // field number -> occurrences so far, for repeated fields
+  for (;;) {
+    const int offset = in.CurrentPosition();
+    const uint32_t tag = in.ReadTag();
+    if (tag == 0) {
+      if (in.ConsumedEntireMessage()) return true;
+      *why = absl::StrCat("a zero tag at byte ", offset);
+      return false;
+    }
+    const int number = static_cast<int>(WireFormatLite::GetTagFieldNumber(tag));
+    const FieldDescriptor* f = d.FindFieldByNumber(number);
+    std::string path = prefix + (f != nullptr ? f->name() : "");
+    if (f != nullptr && f->is_repeated()) absl::StrAppend(&path, "[", seen[number]++, "]");
+    const auto fault = [&](absl::string_view what) {
+      const std::string field =
+          f != nullptr ? absl::StrCat(path, " (number ", number, ")")
+                       : absl::StrCat("number ", number, " (unknown to ", d.full_name(), ")");
+      *why = absl::StrCat("field ", field, ": ", what, ", at byte ", offset);
+      return false;
+    };
+    const bool length_delimited =
+        WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_LENGTH_DELIMITED;
+    if (f != nullptr && length_delimited && f->type() == FieldDescriptor::TYPE_STRING) {
+      uint32_t size = 0;
+      std::string value;
+      if (!in.ReadVarint32(&size) || !in.ReadString(&value, static_cast<int>(size))) {
+        return fault("the wire data is cut short or malformed");
+      }
+      // The very check protobuf 3.21's parser makes on a proto3 string (VerifyUTF8).
+      if (!google::protobuf::internal::IsStructurallyValidUTF8(value.data(),
+                                                               static_cast<int>(value.size()))) {
+        *why = absl::StrCat("field ", path, " is not valid UTF-8 (a proto3 string must be)");
+        return false;
+      }
+    } else if (f != nullptr && length_delimited && f->type() == FieldDescriptor::TYPE_MESSAGE) {
+      uint32_t size = 0;
+      if (!in.ReadVarint32(&size)) return fault("the wire data is cut short or malformed");
+      // Protobuf's own bound (100 levels): no schema of ours recurses, but a later one might.
+      if (!in.IncrementRecursionDepth()) return fault("messages nest too deep");
+      const CodedInputStream::Limit limit = in.PushLimit(static_cast<int>(size));
+      if (!Walk(*f->message_type(), in, path + ".", why)) return false;
+      // A length past the end of the bytes leaves some of the limit unread.
+      if (in.BytesUntilLimit() != 0) return fault("the wire data is cut short or malformed");
+      in.PopLimit(limit);
+      in.DecrementRecursionDepth();
+    } else if (!WireFormatLite::SkipField(&in, tag)) {
+      return fault("the wire data is cut short or malformed");
+    }
+  }
+}
+
+}  // namespace request_parsing_internal
+
+// Parses `buffer` as `message`. On failure, INVALID_ARGUMENT saying why: the bytes are walked a
+// second time, which costs nothing on the path of requests that parse.
+inline absl::Status ParseRequest(grpc::ByteBuffer* buffer, google::protobuf::Message* message) {
+  const std::string& type = message->GetDescriptor()->full_name();
+  if (!buffer->Valid()) return absl::InvalidArgumentError("the call carried no request message");
+  {
+    grpc::ProtoBufferReader reader(buffer);
+    if (reader.status().ok() && message->ParseFromZeroCopyStream(&reader)) {
+      return absl::OkStatus();
+    }
+  }
+  std::string why = "protobuf refused it";
+  {
+    grpc::ProtoBufferReader reader(buffer);  // reads the buffer again from its start
+    google::protobuf::io::CodedInputStream in(&reader);
+    std::string found;
+    if (!request_parsing_internal::Walk(*message->GetDescriptor(), in, "", &found)) {
+      why = std::move(found);
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("the request does not parse as ", type, ": ", why));
+}
+
+// A server-streaming reactor that ends its call at once with `status`: the answer of a
+// streaming method to a request that does not parse.
+template <typename Response>
+class FinishedWriteReactor final : public grpc::ServerWriteReactor<Response> {
+ public:
+  explicit FinishedWriteReactor(const grpc::Status& status) { this->Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace opserve
+
+namespace grpc {
+
+// Never fails: the outcome of the parse travels with the request (see the top of this file).
+template <typename T>
+class SerializationTraits<opserve::ParsedRequest<T>, void> {
+ public:
+  static Status Serialize(const opserve::ParsedRequest<T>& request, ByteBuffer* buffer,
+                          bool* own_buffer) {
+    return SerializationTraits<T>::Serialize(request.message, buffer, own_buffer);
+  }
+  static Status Deserialize(ByteBuffer* buffer, opserve::ParsedRequest<T>* request) {
+    request->status = opserve::ParseRequest(buffer, &request->message);
+    buffer->Clear();  // as gRPC's own protobuf traits do: the bytes are not needed any more
+    return Status::OK;
+  }
+};
+
+}  // namespace grpc

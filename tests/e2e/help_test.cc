@@ -1,0 +1,101 @@
+// `opserve --help` explains the server: a usage line, then every server flag with its
+// description and default. The flags checked are the ones the README's "Server" section
+// documents, read from README.md itself, so the README and the binary cannot drift apart
+// silently in that direction.
+//
+// Exit status: Abseil (20220623, Debian 12) ends the process with 1 after printing any of its
+// usage flags (--help, --helpfull, ...), as Google's tools always have; opserve keeps that.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "tests/e2e/server_process.h"
+
+#ifndef OPSERVE_SOURCE_DIR
+#error "OPSERVE_SOURCE_DIR must name the source tree (tests/e2e/CMakeLists.txt sets it)"
+#endif
+
+namespace opserve::e2e {
+namespace {
+
+constexpr int kAbseilUsageExit = 1;
+
+struct CommandOutput {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+CommandOutput RunOpserve(const std::string& args) {
+  CommandOutput run;
+  const std::string command = "'" + OpserveBinary() + "' " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return run;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) run.output.append(buffer, n);
+  const int status = pclose(pipe);
+  if (status != -1 && WIFEXITED(status)) run.exit_code = WEXITSTATUS(status);
+  return run;
+}
+
+// The names of the flags (`--name`) the README's "## Server" section mentions.
+std::set<std::string> ReadmeServerFlags() {
+  std::ifstream in(std::string(OPSERVE_SOURCE_DIR) + "/README.md");
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string readme = text.str();
+  const size_t begin = readme.find("\n## Server\n");
+  if (begin == std::string::npos) return {};
+  const size_t end = readme.find("\n## ", begin + 1);
+  const std::string section = readme.substr(begin, end == std::string::npos ? end : end - begin);
+  std::set<std::string> flags;
+  static const std::regex kFlag("--([a-z][a-z0-9_]*)");
+  for (std::sregex_iterator it(section.begin(), section.end(), kFlag), last; it != last; ++it) {
+    flags.insert((*it)[1]);
+  }
+  // Abseil's own usage flags, which the README names to point at the list, not as server flags.
+  for (const char* usage : {"help", "helpfull"}) flags.erase(usage);
+  return flags;
+}
+
+TEST(HelpTest, ListsEveryFlagTheReadmeDocumentsWithItsDefault) {
+  const std::set<std::string> documented = ReadmeServerFlags();
+  // The README's Server section documents at least the limits, TLS and token flags.
+  ASSERT_GE(documented.size(), 10u)
+      << "README.md's '## Server' section was not found or changed shape";
+
+  const CommandOutput help = RunOpserve("--help");
+  EXPECT_EQ(help.exit_code, kAbseilUsageExit) << help.output;
+  EXPECT_EQ(help.output.find("No flags matched"), std::string::npos) << help.output;
+  EXPECT_NE(help.output.find("Usage: opserve [--flag=value ...]"), std::string::npos)
+      << help.output;
+  EXPECT_EQ(help.output.find("SetProgramUsageMessage() never called"), std::string::npos)
+      << help.output;
+
+  for (const std::string& flag : documented) {
+    SCOPED_TRACE("--" + flag);
+    // Abseil's format: "    --name (description); default: value;", wrapped at 80 columns.
+    const size_t at = help.output.find("\n    --" + flag + " (");
+    ASSERT_NE(at, std::string::npos) << "--help does not list --" << flag << ":\n" << help.output;
+    const size_t next = help.output.find("\n    --", at + 1);
+    const std::string entry = help.output.substr(at, next == std::string::npos ? next : next - at);
+    EXPECT_NE(entry.find("default: "), std::string::npos) << entry;
+  }
+}
+
+// --helpfull keeps Abseil's whole list: the server's flags and the libraries' (e.g. --flagfile).
+TEST(HelpTest, HelpfullListsEveryFlag) {
+  const CommandOutput full = RunOpserve("--helpfull");
+  EXPECT_EQ(full.exit_code, kAbseilUsageExit) << full.output;
+  EXPECT_NE(full.output.find("--port ("), std::string::npos) << full.output;
+  EXPECT_NE(full.output.find("--flagfile ("), std::string::npos) << full.output;
+}
+
+}  // namespace
+}  // namespace opserve::e2e
