@@ -23,8 +23,8 @@ OPSERVE_DECLARE_MATMUL(MatmulBlockTiledVectorized)  // + 16-byte loads, A transp
 OPSERVE_DECLARE_MATMUL(MatmulTensorCore)
 // Hopper (sm_90a): wgmma fed by TMA, the same precisions. Runs only the shapes
 // MatmulTensorCoreSm90aSupports accepts, with 16-byte aligned A and B, on a device of compute
-// capability 9.0; cudaErrorNotSupported / cudaErrorInvalidValue otherwise (no silent fallback:
-// the caller chooses another kernel and says so).
+// capability 9.0; cudaErrorNotSupported / cudaErrorInvalidValue otherwise. It never runs another
+// kernel in its place: the server sends other shapes to another row, and reports that row.
 OPSERVE_DECLARE_MATMUL(MatmulTensorCoreSm90a)
 
 #undef OPSERVE_DECLARE_MATMUL

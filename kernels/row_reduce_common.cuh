@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/bf16_words.cuh"
 #include "kernels/common.h"
 
 namespace opserve::kernels::row_reduce {
@@ -150,9 +151,6 @@ __device__ __forceinline__ AccT<In> ToAcc(In x) {
   }
 }
 
-// The two bf16 of a 32-bit word as floats; the lower address holds the low half.
-__device__ __forceinline__ float Bf16Lo(unsigned int w) { return __uint_as_float(w << 16); }
-__device__ __forceinline__ float Bf16Hi(unsigned int w) { return __uint_as_float(w & 0xffff0000u); }
 
 // The kLanes elements of one vector, in address order, in the accumulator type.
 template <typename In>

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/bf16_words.cuh"
 #include "kernels/common.h"
 
 namespace opserve::kernels::sum_internal {
@@ -141,10 +142,6 @@ __device__ __forceinline__ SumAccumT<T> HeadTailTerm(const T* __restrict__ in, i
   return SumAccumT<T>(0);
 }
 
-// The two bf16 of a 32-bit word as floats, exactly: a bf16 is the top half of a float. The lower
-// address holds the low half (little-endian).
-__device__ __forceinline__ float Bf16Lo(unsigned int w) { return __uint_as_float(w << 16); }
-__device__ __forceinline__ float Bf16Hi(unsigned int w) { return __uint_as_float(w & 0xffff0000u); }
 
 // The lanes of one 16-byte vector of T, added in the accumulator type as a fixed tree.
 template <typename T>

@@ -1,5 +1,5 @@
-// transpose: [rows, cols] -> [cols, rows] for elements of elem_bytes = 2 (BFLOAT16) or
-// 4 (FLOAT32, INT32). No scratch memory.
+// transpose: [rows, cols] -> [cols, rows] for elements of elem_bytes = 2 (BFLOAT16), 4 (FLOAT32,
+// INT32) or, except in TransposeTma, 8 (INT64). No scratch memory.
 #pragma once
 
 #include "kernels/common.h"

@@ -477,7 +477,7 @@ cudaError_t LaunchTma(const TransposeTmaTuning& tuning, const void* d_in, void* 
   const uint64_t tiles_y = static_cast<uint64_t>(CeilDiv<int64_t>(rows, Config::kRows));
   // 32-bit tile indices, with room for `tile += gridDim.x` not to wrap. Never hit in practice: a
   // 2^31-tile fp32 matrix would be 2^45 bytes.
-  if (tiles_x * tiles_y >= (uint64_t{1} << 31)) return cudaSuccess;  // caller falls back
+  if (tiles_x * tiles_y >= (uint64_t{1} << 31)) return cudaSuccess;  // not launched: refused
 
   // Dimension 0 is the contiguous one (columns); boxes are 128 bytes x kRows rows.
   CUtensorMap map;
@@ -495,7 +495,7 @@ cudaError_t LaunchTma(const TransposeTmaTuning& tuning, const void* d_in, void* 
                               tuning.l2_promote_256 ? CU_TENSOR_MAP_L2_PROMOTION_L2_256B
                                                     : CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
                               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (res != CUDA_SUCCESS) return cudaSuccess;  // caller falls back
+  if (res != CUDA_SUCCESS) return cudaSuccess;  // not launched: refused
 
   // Output rows start 16-byte aligned only if rows * elem_bytes is a multiple of 16.
   const bool vector_store =

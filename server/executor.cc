@@ -90,7 +90,9 @@ absl::Status ExecutePlan(const Plan& plan, const ExecuteContext& ctx,
         case PlanInput::Source::kNode: ptrs.push_back(outputs[in.index]->data()); break;
       }
     }
+    // Every node is marked, a skipped one too: Finish and WaitNode read each node's marks.
     absl::Status s;
+    ctx.env->MarkStart(i);
     if (HasEmptyInput(n)) {
       // No kernel runs on zero elements: the output (zeros, or NaNs for a mean) is filled, and the
       // node reports the algorithm that would have run with a kernel time of 0.
@@ -99,7 +101,6 @@ absl::Status ExecutePlan(const Plan& plan, const ExecuteContext& ctx,
                         n.output.Bytes());
     } else {
       KernelArgs args{ptrs, n.input_meta, outputs[i]->data(), n.output, n.attrs, *ctx.env};
-      ctx.env->MarkStart(i);
       s = n.algo->run(args);
 #if OPSERVE_TEST_HOOKS
       if (!ctx.fail_algorithm.empty() &&
@@ -108,8 +109,8 @@ absl::Status ExecutePlan(const Plan& plan, const ExecuteContext& ctx,
         s = ctx.env->InjectFault();
       }
 #endif
-      ctx.env->MarkEnd(i);
     }
+    ctx.env->MarkEnd(i);
     if (!s.ok()) {
       (void)ctx.env->Finish(i + 1);  // drain the device before buffers go back
       return at(s);

@@ -28,9 +28,6 @@ absl::Status NeedDType(const TensorMeta& m, std::span<const DType> allowed,
 
 namespace {
 
-// The reductions take every dtype of the API.
-constexpr DType kReduceTypes[] = {DType::kFloat32, DType::kInt32, DType::kInt64, DType::kBFloat16};
-
 // What a sum of `in` elements is held in: integers exactly in INT64 (wrapping on overflow, as
 // numpy's int64 sum does), floats in FLOAT32 (BFLOAT16 accumulates in FLOAT32).
 DType SumDType(DType in) {
@@ -40,7 +37,7 @@ DType SumDType(DType in) {
 }  // namespace
 
 absl::StatusOr<TensorMeta> InferSum(std::span<const TensorMeta> in) {
-  if (auto s = NeedDType(in[0], kReduceTypes, "input 0"); !s.ok()) return s;
+  if (auto s = NeedDType(in[0], kAllDTypes, "input 0"); !s.ok()) return s;
   return TensorMeta{SumDType(in[0].dtype), {}};
 }
 
@@ -49,14 +46,14 @@ Cost CostSum(std::span<const TensorMeta> in, const TensorMeta& out) {
 }
 
 absl::StatusOr<TensorMeta> InferRowSum(std::span<const TensorMeta> in) {
-  if (auto s = NeedDType(in[0], kReduceTypes, "input 0"); !s.ok()) return s;
+  if (auto s = NeedDType(in[0], kAllDTypes, "input 0"); !s.ok()) return s;
   if (auto s = NeedRank(in[0], 2, "input 0 [rows, cols]"); !s.ok()) return s;
   return TensorMeta{SumDType(in[0].dtype), {in[0].shape[0]}};
 }
 
 // The mean is FLOAT32 whatever the input: an integer row's sum is taken exactly, then divided.
 absl::StatusOr<TensorMeta> InferRowMean(std::span<const TensorMeta> in) {
-  if (auto s = NeedDType(in[0], kReduceTypes, "input 0"); !s.ok()) return s;
+  if (auto s = NeedDType(in[0], kAllDTypes, "input 0"); !s.ok()) return s;
   if (auto s = NeedRank(in[0], 2, "input 0 [rows, cols]"); !s.ok()) return s;
   return TensorMeta{DType::kFloat32, {in[0].shape[0]}};
 }

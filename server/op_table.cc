@@ -19,29 +19,27 @@ namespace opserve {
 namespace {
 
 using D = DType;
-constexpr D kAllTypes[] = {D::kFloat32, D::kInt32, D::kInt64, D::kBFloat16};
 constexpr D kMatmulTypes[] = {D::kFloat32, D::kBFloat16};
 
 const OpSpec kOps[] = {
     {"sum",
      "full reduction to a scalar; INT32 / INT64 sum exactly into INT64 (wrapping on overflow, as "
      "numpy), BFLOAT16 accumulates in FLOAT32 and returns FLOAT32; the sum of nothing is 0",
-     1, kAllTypes, {}, op_defs::InferSum, op_defs::CostSum, EmptyFill::kZeros},
+     1, kAllDTypes, {}, op_defs::InferSum, op_defs::CostSum, EmptyFill::kZeros},
     {"row_sum",
      "[rows, cols] -> [rows], the sum of each row; the dtypes as for sum; [R, 0] gives R zeros", 1,
-     kAllTypes, {}, op_defs::InferRowSum, op_defs::CostRowReduce, EmptyFill::kZeros},
+     kAllDTypes, {}, op_defs::InferRowSum, op_defs::CostRowReduce, EmptyFill::kZeros},
     {"row_mean",
      "[rows, cols] -> FLOAT32 [rows], the mean of each row (integer rows summed exactly, then "
      "divided); [R, 0] gives R NaNs",
-     1, kAllTypes, {}, op_defs::InferRowMean, op_defs::CostRowReduce, EmptyFill::kNaN},
-    {"transpose", "[rows, cols] -> [cols, rows]", 1, kAllTypes, {}, op_defs::InferTranspose,
+     1, kAllDTypes, {}, op_defs::InferRowMean, op_defs::CostRowReduce, EmptyFill::kNaN},
+    {"transpose", "[rows, cols] -> [cols, rows]", 1, kAllDTypes, {}, op_defs::InferTranspose,
      op_defs::CostTranspose, EmptyFill::kZeros},
     {"matmul",
      "[M, K] x [K, N] -> FLOAT32 [M, N]; BFLOAT16 inputs accumulate in FLOAT32; K = 0 gives zeros",
      2, kMatmulTypes, {}, op_defs::InferMatmul, op_defs::CostMatmul, EmptyFill::kZeros},
 };
 
-constexpr std::initializer_list<D> kAll = {D::kFloat32, D::kInt32, D::kInt64, D::kBFloat16};
 
 #if OPSERVE_WITH_CUDA
 bool TmaDescribes(std::span<const TensorMeta> in) {
@@ -55,6 +53,9 @@ bool Sm90aMatmulTakes(std::span<const TensorMeta> in) {
 #endif
 
 const std::vector<AlgoSpec>& AlgorithmTable() {
+  // Local, not a namespace-scope vector: tests build their case lists from the table during
+  // static initialisation, possibly before another file's globals are constructed.
+  const std::vector<D> kAll(std::begin(kAllDTypes), std::end(kAllDTypes));  // rows of every dtype
   static const auto* const kTable = new std::vector<AlgoSpec>{
       // op, algorithm, backend, input dtypes, run, deterministic, default, min cc, description
       {"sum", "reference", "cpu", kAll, cpu::SumReference, true, true, 0,
@@ -130,7 +131,7 @@ const std::vector<AlgoSpec>& AlgorithmTable() {
        OPSERVE_CUDA_MATMUL(MatmulTensorCoreSm90a), true, false, 90,
        "sm_90a wgmma fed by TMA, TF32 / BF16; shapes it does not take (K < 256, under 128 "
        "tiles, rows not 16-byte multiples) run tensor_core, reported as such",
-       /*supports=*/Sm90aMatmulTakes, /*fallback=*/"tensor_core"},
+       /*supports=*/Sm90aMatmulTakes, /*fallback=*/"tensor_core", /*max_compute_capability=*/90},
       {"matmul", "cublas", "cuda", {D::kFloat32, D::kBFloat16},
        [](const KernelArgs& a) {
          return cuda::RunMatmul(a, [&](auto... x) {
@@ -144,24 +145,15 @@ const std::vector<AlgoSpec>& AlgorithmTable() {
 }
 
 #if OPSERVE_WITH_CUDA
-// sum: below kSumAtomicMaxInt32 elements, INT32 takes one_pass_atomic: its int64 atomics are exact,
-// so the order they land in cannot change the result (deterministic in effect), and it was the
-// fastest at 2^20 (6.8 vs 8.6 us for vectorized, H200, 2026-11-22). FLOAT32 takes vectorized,
-// the fastest deterministic sum there (7.5-7.9 us at 2^20); one_pass_atomic is a little faster,
-// but its float result depends on the order of its atomics.
-// From kSumChunkedMinBytes every dtype takes chunked (opserve-bench, H100, 2026-11-23): at
-// 2^30 it ran 1344-1347 us against vectorized's 1389-1391 (3.3% faster), but at 2^24 it was 8%
-// slower (30.0 vs 27.7 us FLOAT32, 31.3 vs 28.9 INT32) and at 2^20 too (8.2-8.7 vs 7.5-7.9 us):
-// its counter memset and extra launch work cost ~2-3 us, which 3.3% of the streaming time repays
-// from ~70 us, about 2^26 elements. 2^27 leaves a margin; the sizes between were not measured.
-// INT32 hands over from one_pass_atomic to vectorized at kSumAtomicMaxInt32: at 2^30
-// one_pass_atomic streamed 2.6% slower than vectorized. At 2^24 the two are within noise of each
-// other, and vectorized is the steadier one: 28.8-29.0 us in four H100 runs against 28.0-29.2 for
-// one_pass_atomic's own row and 29.4-29.9 each time it ran as auto's choice (once 0.947 of the
-// fastest, under the 5% target; cause not found). So one_pass_atomic keeps the small sizes, below
-// 2^22; the sizes between 2^20 and 2^24 were not measured.
-// The chunked cut is in bytes (2^27 four-byte elements), so INT64 and BFLOAT16 take chunked
-// where their streams are as long; the bytes are what its fixed cost is repaid over.
+// sum's `auto` (the measurements behind each cut: kernels/NOTES_sum.md):
+//  - from kSumChunkedMinBytes every dtype takes chunked: it streams ~3% faster than vectorized,
+//    but its completion counters and extra launch work cost a few microseconds, which that 3%
+//    repays only on long streams. The cut is in bytes, the quantity the cost is repaid over.
+//  - below it, small INT32 sums take one_pass_atomic: its int64 atomics are exact, so their order
+//    cannot change the result (deterministic in effect), and it is the fastest on small inputs;
+//    from kSumAtomicMaxInt32 elements vectorized streams faster and is the steadier of the two.
+//  - everything else takes vectorized, the fastest deterministic sum; one_pass_atomic is never
+//    chosen for floats, whose result would depend on the order of the atomics.
 constexpr uint64_t kSumChunkedMinBytes = uint64_t{1} << 29;
 constexpr int64_t kSumAtomicMaxInt32 = int64_t{1} << 22;
 absl::string_view ChooseSum(std::span<const TensorMeta> in, const Backend& backend) {

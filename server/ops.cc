@@ -34,7 +34,7 @@ const OpSpec* FindOp(absl::string_view name) {
 
 std::vector<DType> DTypesFor(absl::string_view op, const Backend& backend) {
   std::vector<DType> out;
-  for (DType d : {DType::kFloat32, DType::kInt32, DType::kInt64, DType::kBFloat16}) {
+  for (DType d : kAllDTypes) {
     for (const AlgoSpec* a : AlgorithmsFor(op, backend)) {
       if (Accepts(*a, d)) {
         out.push_back(d);
@@ -48,8 +48,9 @@ std::vector<DType> DTypesFor(absl::string_view op, const Backend& backend) {
 std::vector<const AlgoSpec*> AlgorithmsFor(absl::string_view op, const Backend& backend) {
   std::vector<const AlgoSpec*> out;
   for (const AlgoSpec& a : Algorithms()) {
-    if (a.op == op && a.backend == backend.name() &&
-        a.min_compute_capability <= backend.compute_capability()) {
+    const int cc = backend.compute_capability();
+    if (a.op == op && a.backend == backend.name() && a.min_compute_capability <= cc &&
+        (a.max_compute_capability == 0 || cc <= a.max_compute_capability)) {
       out.push_back(&a);
     }
   }

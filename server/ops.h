@@ -74,6 +74,9 @@ struct AlgoSpec {
   // nullptr: every shape of the accepted dtypes.
   bool (*supports)(std::span<const TensorMeta> inputs) = nullptr;
   absl::string_view fallback = {};
+  // 0: no upper bound. Architecture-specific code (sm_90a's wgmma) runs on its own
+  // architecture only, so such a row is not offered on a newer device at all.
+  int max_compute_capability = 0;
 };
 
 // Picks the algorithm name for "auto" from the inputs (e.g. row_mean by shape).

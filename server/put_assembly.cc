@@ -49,7 +49,8 @@ absl::Status PutAssembly::OnChunk(const std::string& chunk) {
   return absl::OkStatus();
 }
 
-absl::Status PutAssembly::Commit(v1::TensorInfo* info) {
+absl::Status PutAssembly::Commit(v1::TensorInfo* info,
+                                 const std::function<absl::Status()>& still_wanted) {
   if (!tensor_) return absl::InvalidArgumentError("the upload ended before its header");
   if (received_ != tensor_->meta.Bytes()) {
     return absl::InvalidArgumentError(absl::StrCat("tensor ", Quote(tensor_->name), ": received ",
@@ -58,7 +59,7 @@ absl::Status PutAssembly::Commit(v1::TensorInfo* info) {
                                                    tensor_->meta.DebugString()));
   }
   RETURN_IF_ERROR(uploader_->Finish());
-  RETURN_IF_ERROR(store_.InsertAll({tensor_}, {overwrite_}, ns_));
+  RETURN_IF_ERROR(store_.InsertAll({tensor_}, {overwrite_}, ns_, still_wanted));
   info->set_name(tensor_->name);
   info->set_dtype(static_cast<v1::DType>(tensor_->meta.dtype));
   for (int64_t d : tensor_->meta.shape) info->add_shape(d);

@@ -22,7 +22,9 @@ class PutAssembly {
   // One message of the stream, in order.
   absl::Status OnMessage(const v1::PutTensorRequest& msg);
   // The stream ended: checks the byte count, waits for the copies, inserts the tensor.
-  absl::Status Commit(v1::TensorInfo* info);
+  // `still_wanted` is asked under the store's lock, last (TensorStore::InsertAll).
+  absl::Status Commit(v1::TensorInfo* info,
+                      const std::function<absl::Status()>& still_wanted = nullptr);
   uint64_t received() const { return received_; }
 
  private:

@@ -15,23 +15,6 @@ double MicrosSince(Clock::time_point t) {
 
 constexpr std::chrono::milliseconds kDeadlineSlack{20};
 
-// Deadline and cancellation, checked between nodes so abandoned work stops early.
-absl::Status CheckAlive(grpc::CallbackServerContext* ctx) {
-  // The deadline first: gRPC also marks an expired call cancelled.
-  const auto now = std::chrono::system_clock::now();
-  if (now > ctx->deadline()) return absl::DeadlineExceededError("the request's deadline passed");
-  if (ctx->IsCancelled()) {
-    // gRPC's deadline timer can cancel the call a moment before this clock reaches the deadline
-    // (seen in the ASan CI run: an expired request counted as CANCELLED). A cancellation that
-    // close to the deadline is the deadline.
-    if (now + kDeadlineSlack >= ctx->deadline()) {
-      return absl::DeadlineExceededError("the request's deadline passed");
-    }
-    return absl::CancelledError("the client cancelled the request");
-  }
-  return absl::OkStatus();
-}
-
 // Execute's reactor: a unary one that counts itself among the active calls until gRPC is done
 // with it (the response sent), so that the drain on SIGTERM waits for it.
 class ExecuteReactor final : public grpc::ServerUnaryReactor {
@@ -47,6 +30,22 @@ class ExecuteReactor final : public grpc::ServerUnaryReactor {
 };
 
 }  // namespace
+
+absl::Status CheckCallAlive(grpc::CallbackServerContext* ctx) {
+  // The deadline first: gRPC also marks an expired call cancelled.
+  const auto now = std::chrono::system_clock::now();
+  if (now > ctx->deadline()) return absl::DeadlineExceededError("the request's deadline passed");
+  if (ctx->IsCancelled()) {
+    // gRPC's deadline timer can cancel the call a moment before this clock reaches the deadline
+    // (seen in the ASan CI run: an expired request counted as CANCELLED). A cancellation that
+    // close to the deadline is the deadline.
+    if (now + kDeadlineSlack >= ctx->deadline()) {
+      return absl::DeadlineExceededError("the request's deadline passed");
+    }
+    return absl::CancelledError("the client cancelled the request");
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::string> OpServeService::Authenticate(grpc::CallbackServerContext* ctx) const {
   if (options_.tokens.empty()) return std::string();
@@ -179,7 +178,7 @@ grpc::ServerUnaryReactor* OpServeService::Execute(grpc::CallbackServerContext* c
     return reactor;
   }
   // A call that is already dead (its deadline passed in transit) neither plans nor queues.
-  if (absl::Status alive = CheckAlive(ctx); !alive.ok()) {
+  if (absl::Status alive = CheckCallAlive(ctx); !alive.ok()) {
     finish(alive);
     return reactor;
   }
@@ -192,9 +191,9 @@ grpc::ServerUnaryReactor* OpServeService::Execute(grpc::CallbackServerContext* c
   absl::Status queued = worker_.Submit([this, ctx, resp, start, shared_plan, finish](ExecEnv& env) -> DeviceWorker::Completion {
     const double queue_us = MicrosSince(start);
     if (metrics_) metrics_->RecordQueue("Execute", queue_us * 1e-6);
-    absl::Status s = CheckAlive(ctx);
+    absl::Status s = CheckCallAlive(ctx);
     if (s.ok()) {
-      ExecuteContext ec{&backend_, &env, &store_, metrics_, [ctx] { return CheckAlive(ctx); },
+      ExecuteContext ec{&backend_, &env, &store_, metrics_, [ctx] { return CheckCallAlive(ctx); },
                         options_.fail_algorithm, options_.limits.max_message_bytes};
       s = ExecutePlan(*shared_plan, ec, resp);
     }

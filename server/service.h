@@ -167,4 +167,8 @@ class OpServeService final : public v1::OpServe::CallbackService {
 
 void FillTensorInfo(const StoredTensor& t, const std::string& device, v1::TensorInfo* info);
 
+// OK while the call is alive; DEADLINE_EXCEEDED once its deadline passed, CANCELLED once the
+// client cancelled it. Checked before work starts, between nodes, and at each commit.
+absl::Status CheckCallAlive(grpc::CallbackServerContext* ctx);
+
 }  // namespace opserve

@@ -18,6 +18,10 @@ enum class DType : int { kInvalid = 0, kFloat32 = 1, kInt32 = 2, kInt64 = 3, kBF
 
 constexpr int kMaxRank = 4;
 
+// Every dtype of the API, in enum order.
+inline constexpr DType kAllDTypes[] = {DType::kFloat32, DType::kInt32, DType::kInt64,
+                                       DType::kBFloat16};
+
 bool IsValidDType(int value);
 uint64_t ElementSize(DType dtype);  // 0 for kInvalid
 absl::string_view DTypeName(DType dtype);

@@ -130,10 +130,10 @@ class PutReactor final : public grpc::ServerReadReactor<ParsedRequest<v1::PutTen
     }
     if (a.commit) {
       svc_->transfers().Post([this] {
-        // A client that cancelled after half-closing gets CANCELLED and nothing is stored (the
-        // window left is the commit itself).
-        absl::Status s = ctx_->IsCancelled() ? absl::CancelledError("the client cancelled the upload")
-                                             : assembly_->Commit(resp_->mutable_info());
+        // An upload whose client cancelled after half-closing, or whose deadline passed, stores
+        // nothing: the check runs under the store's lock, at the insert itself.
+        absl::Status s =
+            assembly_->Commit(resp_->mutable_info(), [this] { return CheckCallAlive(ctx_); });
         Locked([&] {
           processing_ = false;
           finished_ = true;

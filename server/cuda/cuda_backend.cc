@@ -374,6 +374,10 @@ class CudaExecEnv final : public ExecEnv {
       float ms = 0.f;
       if (cudaEventElapsedTime(&ms, events_[i].first, events_[i].second) == cudaSuccess) {
         seconds[i] = ms * 1e-3;
+      } else {
+        // A pair this request did not record (a node it abandoned before marking): no time,
+        // and the error must not stay behind to fail the next launch's error check.
+        (void)cudaGetLastError();
       }
     }
     return seconds;

@@ -137,6 +137,11 @@ TEST_F(ContractTest, EveryListedOpAlgorithmAndDtypeRuns) {
     }
     EXPECT_EQ(std::set<int>(op.dtypes().begin(), op.dtypes().end()), from_algorithms)
         << "the op's dtypes are not the union of its algorithms' dtypes";
+    // What the README's "Ops and dtypes" table promises on every backend.
+    const std::set<int> all = {v1::FLOAT32, v1::INT32, v1::INT64, v1::BFLOAT16};
+    const std::set<int> floats = {v1::FLOAT32, v1::BFLOAT16};
+    EXPECT_EQ(from_algorithms, op.name() == "matmul" ? floats : all)
+        << "this backend does not run every dtype the API lists for " << op.name();
     for (const v1::AlgorithmInfo& a : op.algorithms()) {
       for (v1::DType dtype : kAllDTypes) {
         SCOPED_TRACE(absl::StrCat(a.name(), " ", v1::DType_Name(dtype)));
@@ -280,6 +285,35 @@ TEST_F(ContractTest, EmptyTensorsThroughTheStoreAndIntermediates) {
   ASSERT_TRUE(client().DeleteTensor("ET").ok());
 }
 
+double SecondsOfASmallRequest(client::Client& c);
+
+// A node skipped for its empty input sits between kernels, on a fresh server: that request and
+// the next ones run (the skipped node's timing marks are recorded like any other's).
+TEST_F(ContractTest, EmptyNodesBetweenKernelsKeepTheWorkerHealthy) {
+  v1::ExecuteRequest req;
+  AddInline(req, "x", F32({4}, {1, 2, 3, 4}));
+  AddInline(req, "e", EmptyTensor(v1::FLOAT32, {0}));
+  AddNode(req, "a", "sum", {Inline("x")});
+  AddNode(req, "b", "sum", {Inline("e")});
+  AddNode(req, "c", "sum", {Inline("x")});
+  AddNode(req, "d", "sum", {Inline("e")});
+  AddOutput(req, "a", true);
+  AddOutput(req, "b", true);
+  AddOutput(req, "c", true);
+  AddOutput(req, "d", true);
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(round);
+    absl::StatusOr<v1::ExecuteResponse> resp = client().Execute(req);
+    ASSERT_TRUE(resp.ok()) << resp.status();
+    ASSERT_EQ(resp->nodes_size(), 4);
+    EXPECT_GT(resp->nodes(0).kernel_us(), 0);
+    EXPECT_EQ(resp->nodes(1).kernel_us(), 0);
+    EXPECT_EQ(ElementAt(resp->outputs(0).tensor(), 0), 10.0);
+    EXPECT_EQ(ElementAt(resp->outputs(1).tensor(), 0), 0.0);
+  }
+  EXPECT_LT(SecondsOfASmallRequest(client()), 5.0);  // and it succeeded (checked inside)
+}
+
 // ---- failed requests change nothing, also when they fail late ----
 
 // A matmul of stored n x n operands slow enough (`seconds` or more) to fail inside: the
@@ -392,6 +426,37 @@ TEST_F(ContractTest, CancelMidGraphStoresNothingAndFreesTheDevice) {
   // node queued behind it.
   EXPECT_LT(since_cancel, 2.0 * slow->seconds + 0.5) << "the device kept running the graph";
   EXPECT_FALSE(IsStored(client(), "OUT")) << "the cancelled request stored its output";
+  EXPECT_TRUE(SameStore(before, Snapshot(client())));
+}
+
+// A request whose deadline passes while it waits for the device (behind a long node) is never
+// started: nothing of it is stored, and the device is free once the long node is done.
+TEST_F(ContractTest, DeadlinePassedInTheQueueRunsNothing) {
+  absl::StatusOr<SlowNode> slow = PrepareSlowNode(client(), 0.3, rng_);
+  ASSERT_TRUE(slow.ok()) << slow.status();
+  const StoreSnapshot before = Snapshot(client());
+  // The long node goes first; then one whose deadline ends while it waits behind it.
+  std::atomic<bool> sent{false};
+  std::thread first([&] {
+    sent = true;
+    EXPECT_TRUE(client().Execute(SlowChain(*slow, 1, "BUSY")).ok());
+  });
+  while (!sent) std::this_thread::yield();
+  std::this_thread::sleep_for(std::chrono::duration<double>(0.2 * slow->seconds));
+  const absl::Status s = client()
+                             .Execute(SlowChain(*slow, 1, "OUT"),
+                                      {.timeout = absl::Seconds(0.3 * slow->seconds)})
+                             .status();
+  EXPECT_TRUE(StatusIs(s, Code::kDeadlineExceeded)) << s;
+  first.join();
+  // Had the expired request run after the first, this one would wait for its whole node.
+  const double next_s = SecondsOfASmallRequest(client());
+  std::cout << "[ QUEUED   ] node " << slow->seconds << " s; after it, a request took " << next_s
+            << " s" << std::endl;
+  EXPECT_LT(next_s, 0.5 * slow->seconds + 0.3) << "the expired request ran after all";
+  EXPECT_FALSE(IsStored(client(), "OUT")) << "the expired request stored its output";
+  ASSERT_TRUE(IsStored(client(), "BUSY"));
+  ASSERT_TRUE(client().DeleteTensor("BUSY").ok());
   EXPECT_TRUE(SameStore(before, Snapshot(client())));
 }
 

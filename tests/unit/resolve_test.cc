@@ -4,6 +4,7 @@
 // "cuda" exercises them here without a GPU: resolution never touches the device.
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "server/cpu/cpu_backend.h"
 #include "server/ops.h"
 
@@ -101,6 +102,16 @@ TEST(Fallback, Sm90aMatmulReportsTensorCoreOnShapesItDoesNotTake) {
             "tensor_core");
 }
 
+TEST(Fallback, Sm90aRowsAreNotOfferedOnNewerArchitectures) {
+  if (!HasCudaRows()) GTEST_SKIP() << "built without CUDA: the table has no cuda rows";
+  TableOnlyCuda blackwell(100);
+  const std::vector<TensorMeta> in = {{DType::kFloat32, {2048, 512}}, {DType::kFloat32, {512, 2048}}};
+  EXPECT_EQ(Resolve(blackwell, "matmul", "tensor_core_sm90a", in).status().code(),
+            absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(*Resolve(blackwell, "matmul", "tensor_core", in), "tensor_core");
+  EXPECT_EQ(*Resolve(blackwell, "transpose", "tma", {{DType::kFloat32, {64, 64}}}), "tma");
+}
+
 TEST(Fallback, HopperRowsAreNotOfferedBelowSm90) {
   if (!HasCudaRows()) GTEST_SKIP() << "built without CUDA: the table has no cuda rows";
   TableOnlyCuda a100(80);
@@ -125,6 +136,54 @@ TEST(Resolve, AutoReductionsRunEveryDtypeOnCuda) {
     }
     EXPECT_TRUE(Resolve(h100, "sum", "cub", {{d, {1000}}}).ok());
   }
+}
+
+// A context with no device behind it: scratch is refused, so a launcher that gets past its size
+// query stops there instead of launching.
+class NoDeviceEnv final : public ExecEnv {
+ public:
+  absl::StatusOr<BufferPtr> Allocate(uint64_t) override { return absl::UnavailableError("none"); }
+  absl::Status CopyIn(Buffer&, const void*, uint64_t) override { return absl::OkStatus(); }
+  absl::Status Fill(Buffer&, uint8_t, uint64_t) override { return absl::OkStatus(); }
+  absl::StatusOr<void*> Scratch(uint64_t) override {
+    return absl::FailedPreconditionError("no device memory in this test");
+  }
+  absl::StatusOr<const void*> StageOut(const Buffer&, uint64_t) override { return nullptr; }
+  void MarkStart(int) override {}
+  void MarkEnd(int) override {}
+  absl::StatusOr<std::vector<double>> Finish(int n) override { return std::vector<double>(n); }
+};
+
+// Every dtype a cuda reduction row lists has a launcher overload behind it: the adapter answers
+// UNIMPLEMENTED, before any device call, only where the kernel file has none.
+TEST(Launchers, EveryListedReductionDtypeHasALauncherOverload) {
+  if (!HasCudaRows()) GTEST_SKIP() << "built without CUDA: the table has no cuda rows";
+  NoDeviceEnv env;
+  alignas(256) static char dummy_in[256], dummy_out[256];
+  int checked = 0;
+  for (const AlgoSpec& a : Algorithms()) {
+    if (a.backend != "cuda" || (a.op != "sum" && a.op != "row_sum" && a.op != "row_mean")) continue;
+    const OpSpec* op = FindOp(a.op);
+    for (DType d : {DType::kFloat32, DType::kInt32, DType::kInt64, DType::kBFloat16}) {
+      const std::vector<TensorMeta> in = {{d, a.op == "sum" ? std::vector<int64_t>{64}
+                                                           : std::vector<int64_t>{4, 16}}};
+      absl::StatusOr<TensorMeta> out = op->infer(in);
+      ASSERT_TRUE(out.ok()) << out.status();
+      const void* ptrs[] = {dummy_in};
+      const AttrMap attrs;
+      KernelArgs args{ptrs, in, dummy_out, *out, attrs, env};
+      const absl::Status s = a.run(args);
+      const bool listed = std::find(a.dtypes.begin(), a.dtypes.end(), d) != a.dtypes.end();
+      SCOPED_TRACE(absl::StrCat(a.op, "/", a.name, " ", DTypeName(d), ": ", s.ToString()));
+      if (listed) {
+        EXPECT_NE(s.code(), absl::StatusCode::kUnimplemented) << "listed, but no launcher";
+        ++checked;
+      } else {
+        EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << "unlisted, yet not refused";
+      }
+    }
+  }
+  EXPECT_GT(checked, 20);
 }
 
 }  // namespace
