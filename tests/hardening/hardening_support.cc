@@ -144,7 +144,16 @@ std::unique_ptr<client::Client> HardeningTest::NewClient(client::ClientOptions o
 }
 
 AssertionResult HardeningTest::Serving() {
-  absl::StatusOr<bool> serving = client_->HealthServing({absl::Seconds(10)});
+  // Under ThreadSanitizer, over Debian's uninstrumented gRPC, a health call now and then gets no
+  // answer at all while the next one on the same channel is answered at once (seen in CI-like
+  // runs of the whole suite, before and after the server changes of the time). A server that is
+  // really down fails every try; one lost call is not what these tests are about.
+  absl::StatusOr<bool> serving = absl::UnknownError("not asked");
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    serving = client_->HealthServing({absl::Seconds(5)});
+    if (serving.ok() || serving.status().code() != absl::StatusCode::kDeadlineExceeded) break;
+    std::cerr << "[ HEALTH   ] a health call got no answer in 5 s; asking again" << std::endl;
+  }
   if (!serving.ok()) return AssertionFailure() << "health check failed: " << serving.status();
   if (!*serving) return AssertionFailure() << "health is not SERVING";
   if (!server_->Alive()) return AssertionFailure() << "the server process exited";
