@@ -191,41 +191,6 @@ cudaError_t RowReduceBlockPerRowImpl(void* d_temp, size_t* temp_bytes, const In*
 
 }  // namespace
 
-cudaError_t RowReduceBlockPerRow(void* d_temp, size_t* temp_bytes, const float* d_in,
-                                 float* d_out, int64_t rows, int64_t cols, bool mean,
-                                 cudaStream_t stream) {
-  return RowReduceBlockPerRowImpl(d_temp, temp_bytes, d_in, d_out, rows, cols, mean, stream);
-}
-
-cudaError_t RowReduceBlockPerRow(void* d_temp, size_t* temp_bytes, const bf16_bits* d_in,
-                                 float* d_out, int64_t rows, int64_t cols, bool mean,
-                                 cudaStream_t stream) {
-  return RowReduceBlockPerRowImpl(d_temp, temp_bytes, reinterpret_cast<const __nv_bfloat16*>(d_in),
-                                  d_out, rows, cols, mean, stream);
-}
-
-cudaError_t RowReduceBlockPerRow(void* d_temp, size_t* temp_bytes, const int32_t* d_in,
-                                 int64_t* d_out, int64_t rows, int64_t cols, bool mean,
-                                 cudaStream_t stream) {
-  return RowReduceBlockPerRowImpl(d_temp, temp_bytes, d_in, d_out, rows, cols, mean, stream);
-}
-
-cudaError_t RowReduceBlockPerRow(void* d_temp, size_t* temp_bytes, const int64_t* d_in,
-                                 int64_t* d_out, int64_t rows, int64_t cols, bool mean,
-                                 cudaStream_t stream) {
-  return RowReduceBlockPerRowImpl(d_temp, temp_bytes, d_in, d_out, rows, cols, mean, stream);
-}
-
-cudaError_t RowReduceBlockPerRow(void* d_temp, size_t* temp_bytes, const int32_t* d_in,
-                                 float* d_out, int64_t rows, int64_t cols, bool mean,
-                                 cudaStream_t stream) {
-  return RowReduceBlockPerRowImpl(d_temp, temp_bytes, d_in, d_out, rows, cols, mean, stream);
-}
-
-cudaError_t RowReduceBlockPerRow(void* d_temp, size_t* temp_bytes, const int64_t* d_in,
-                                 float* d_out, int64_t rows, int64_t cols, bool mean,
-                                 cudaStream_t stream) {
-  return RowReduceBlockPerRowImpl(d_temp, temp_bytes, d_in, d_out, rows, cols, mean, stream);
-}
+OPSERVE_ROW_REDUCE_OVERLOADS(RowReduceBlockPerRow, RowReduceBlockPerRowImpl)
 
 }  // namespace opserve::kernels

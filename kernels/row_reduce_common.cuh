@@ -313,4 +313,29 @@ __device__ __forceinline__ AccT<In> TeamPartialSum(const In* __restrict__ p, int
   return TreeSum(acc) + scalar;
 }
 
+// bf16 crosses the API as raw bits; the kernels read __nv_bfloat16. Other types pass as they are.
+inline const __nv_bfloat16* DeviceIn(const bf16_bits* p) {
+  return reinterpret_cast<const __nv_bfloat16*>(p);
+}
+template <typename T>
+const T* DeviceIn(const T* p) {
+  return p;
+}
+
 }  // namespace opserve::kernels::row_reduce
+
+// The public overloads of a row-reduce launcher (every (In, Out) pair of kernels/row_reduce.h),
+// each forwarding to the file's one generic `Impl`.
+#define OPSERVE_ROW_REDUCE_OVERLOAD(Name, Impl, In, Out)                                       \
+  cudaError_t Name(void* d_temp, size_t* temp_bytes, const In* d_in, Out* d_out, int64_t rows, \
+                   int64_t cols, bool mean, cudaStream_t stream) {                             \
+    return Impl(d_temp, temp_bytes, row_reduce::DeviceIn(d_in), d_out, rows, cols, mean,       \
+                stream);                                                                       \
+  }
+#define OPSERVE_ROW_REDUCE_OVERLOADS(Name, Impl)                \
+  OPSERVE_ROW_REDUCE_OVERLOAD(Name, Impl, float, float)         \
+  OPSERVE_ROW_REDUCE_OVERLOAD(Name, Impl, bf16_bits, float)     \
+  OPSERVE_ROW_REDUCE_OVERLOAD(Name, Impl, int32_t, int64_t)     \
+  OPSERVE_ROW_REDUCE_OVERLOAD(Name, Impl, int64_t, int64_t)     \
+  OPSERVE_ROW_REDUCE_OVERLOAD(Name, Impl, int32_t, float)       \
+  OPSERVE_ROW_REDUCE_OVERLOAD(Name, Impl, int64_t, float)

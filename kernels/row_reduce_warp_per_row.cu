@@ -257,41 +257,6 @@ cudaError_t RowReduceWarpPerRowImpl(void* d_temp, size_t* temp_bytes, const In* 
 
 }  // namespace
 
-cudaError_t RowReduceWarpPerRow(void* d_temp, size_t* temp_bytes, const float* d_in,
-                                float* d_out, int64_t rows, int64_t cols, bool mean,
-                                cudaStream_t stream) {
-  return RowReduceWarpPerRowImpl(d_temp, temp_bytes, d_in, d_out, rows, cols, mean, stream);
-}
-
-cudaError_t RowReduceWarpPerRow(void* d_temp, size_t* temp_bytes, const bf16_bits* d_in,
-                                float* d_out, int64_t rows, int64_t cols, bool mean,
-                                cudaStream_t stream) {
-  return RowReduceWarpPerRowImpl(d_temp, temp_bytes, reinterpret_cast<const __nv_bfloat16*>(d_in),
-                                 d_out, rows, cols, mean, stream);
-}
-
-cudaError_t RowReduceWarpPerRow(void* d_temp, size_t* temp_bytes, const int32_t* d_in,
-                                int64_t* d_out, int64_t rows, int64_t cols, bool mean,
-                                cudaStream_t stream) {
-  return RowReduceWarpPerRowImpl(d_temp, temp_bytes, d_in, d_out, rows, cols, mean, stream);
-}
-
-cudaError_t RowReduceWarpPerRow(void* d_temp, size_t* temp_bytes, const int64_t* d_in,
-                                int64_t* d_out, int64_t rows, int64_t cols, bool mean,
-                                cudaStream_t stream) {
-  return RowReduceWarpPerRowImpl(d_temp, temp_bytes, d_in, d_out, rows, cols, mean, stream);
-}
-
-cudaError_t RowReduceWarpPerRow(void* d_temp, size_t* temp_bytes, const int32_t* d_in,
-                                float* d_out, int64_t rows, int64_t cols, bool mean,
-                                cudaStream_t stream) {
-  return RowReduceWarpPerRowImpl(d_temp, temp_bytes, d_in, d_out, rows, cols, mean, stream);
-}
-
-cudaError_t RowReduceWarpPerRow(void* d_temp, size_t* temp_bytes, const int64_t* d_in,
-                                float* d_out, int64_t rows, int64_t cols, bool mean,
-                                cudaStream_t stream) {
-  return RowReduceWarpPerRowImpl(d_temp, temp_bytes, d_in, d_out, rows, cols, mean, stream);
-}
+OPSERVE_ROW_REDUCE_OVERLOADS(RowReduceWarpPerRow, RowReduceWarpPerRowImpl)
 
 }  // namespace opserve::kernels

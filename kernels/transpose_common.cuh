@@ -31,4 +31,19 @@ inline bool ArgsOk(const void* d_in, const void* d_out, int64_t rows, int64_t co
          (elem_bytes == 2 || elem_bytes == 4 || (allow_8_bytes && elem_bytes == 8));
 }
 
+// The element-agnostic launchers' entry: checks the arguments (2-, 4- or 8-byte elements), then
+// calls launch(T{}) with T the unsigned integer of that size, which moves the element's bits.
+template <typename F>
+cudaError_t CheckAndLaunchBySize(const void* d_in, const void* d_out, int64_t rows, int64_t cols,
+                                 int elem_bytes, F launch) {
+  if (!ArgsOk(d_in, d_out, rows, cols, elem_bytes, /*allow_8_bytes=*/true)) {
+    return cudaErrorInvalidValue;
+  }
+  switch (elem_bytes) {
+    case 8: return launch(uint64_t{});
+    case 4: return launch(uint32_t{});
+    default: return launch(uint16_t{});
+  }
+}
+
 }  // namespace opserve::kernels::transpose_detail

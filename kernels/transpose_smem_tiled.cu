@@ -77,14 +77,9 @@ cudaError_t Launch(const void* d_in, void* d_out, int64_t rows, int64_t cols,
 
 cudaError_t TransposeSmemTiled(const void* d_in, void* d_out, int64_t rows, int64_t cols,
                                int elem_bytes, cudaStream_t stream) {
-  if (!transpose_detail::ArgsOk(d_in, d_out, rows, cols, elem_bytes, /*allow_8_bytes=*/true)) {
-    return cudaErrorInvalidValue;
-  }
-  switch (elem_bytes) {
-    case 8: return Launch<uint64_t>(d_in, d_out, rows, cols, stream);
-    case 4: return Launch<uint32_t>(d_in, d_out, rows, cols, stream);
-    default: return Launch<uint16_t>(d_in, d_out, rows, cols, stream);
-  }
+  return transpose_detail::CheckAndLaunchBySize(
+      d_in, d_out, rows, cols, elem_bytes,
+      [&](auto element) { return Launch<decltype(element)>(d_in, d_out, rows, cols, stream); });
 }
 
 }  // namespace opserve::kernels
