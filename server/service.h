@@ -37,9 +37,9 @@ class OpServeService final : public v1::OpServe::CallbackService {
     ParseRequestsInHandlers();
   }
 
-  // PutTensor reads its messages as ParsedRequest (see ParseRequestsInHandlers), so its reactor
-  // is not the generated PutTensor(ctx, resp) override, which nothing calls.
-  grpc::ServerReadReactor<ParsedRequest<v1::PutTensorRequest>>* StartPutTensor(
+  // PutTensor reads its messages as ParsedStreamMessage (see ParseRequestsInHandlers), so its
+  // reactor is not the generated PutTensor(ctx, resp) override, which nothing calls.
+  grpc::ServerReadReactor<ParsedStreamMessage<v1::PutTensorRequest>>* StartPutTensor(
       grpc::CallbackServerContext* ctx, v1::PutTensorResponse* resp);
   grpc::ServerWriteReactor<v1::GetTensorResponse>* GetTensor(
       grpc::CallbackServerContext* ctx, const v1::GetTensorRequest* req) override;
@@ -98,6 +98,7 @@ class OpServeService final : public v1::OpServe::CallbackService {
         new grpc::internal::CallbackServerStreamingHandler<GetRequest, v1::GetTensorResponse>(
             [this](grpc::CallbackServerContext* ctx,
                    const GetRequest* req) -> grpc::ServerWriteReactor<v1::GetTensorResponse>* {
+              TakeOverParsed(req);
               if (req->status.ok()) return GetTensor(ctx, &req->message);
               return new FinishedWriteReactor<v1::GetTensorResponse>(
                   ToGrpcStatus(RefuseUnparsed(ctx, "GetTensor", req->status)));
@@ -105,8 +106,8 @@ class OpServeService final : public v1::OpServe::CallbackService {
     // Each message of the stream is checked by the reactor as it arrives.
     MarkMethodCallback(
         MethodIndex("PutTensor"),
-        new grpc::internal::CallbackClientStreamingHandler<ParsedRequest<v1::PutTensorRequest>,
-                                                           v1::PutTensorResponse>(
+        new grpc::internal::CallbackClientStreamingHandler<
+            ParsedStreamMessage<v1::PutTensorRequest>, v1::PutTensorResponse>(
             [this](grpc::CallbackServerContext* ctx, v1::PutTensorResponse* resp) {
               return StartPutTensor(ctx, resp);
             }));
@@ -121,6 +122,7 @@ class OpServeService final : public v1::OpServe::CallbackService {
         new grpc::internal::CallbackUnaryHandler<ParsedRequest<Request>, Response>(
             [this, rpc, method](grpc::CallbackServerContext* ctx, const ParsedRequest<Request>* req,
                                 Response* resp) -> grpc::ServerUnaryReactor* {
+              TakeOverParsed(req);
               if (req->status.ok()) return (this->*method)(ctx, &req->message, resp);
               grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
               reactor->Finish(ToGrpcStatus(RefuseUnparsed(ctx, rpc, req->status)));

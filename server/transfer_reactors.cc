@@ -29,7 +29,7 @@ using Clock = std::chrono::steady_clock;
 constexpr uint32_t kMinChunkBytes = 4 << 10;
 constexpr uint32_t kMaxChunkBytes = 64 << 20;
 
-class PutReactor final : public grpc::ServerReadReactor<ParsedRequest<v1::PutTensorRequest>> {
+class PutReactor final : public grpc::ServerReadReactor<ParsedStreamMessage<v1::PutTensorRequest>> {
  public:
   PutReactor(OpServeService* svc, grpc::CallbackServerContext* ctx, v1::PutTensorResponse* resp)
       : svc_(svc), ctx_(ctx), resp_(resp) {
@@ -47,6 +47,7 @@ class PutReactor final : public grpc::ServerReadReactor<ParsedRequest<v1::PutTen
   void OnReadDone(bool ok) override {
     Do(Locked([&] {
       reading_ = false;
+      TakeOverParsed(&msgs_[reading_idx_]);
       if (ok && !msgs_[reading_idx_].status.ok()) {
         // Not an end of stream: an upload whose last message does not parse is not complete.
         const absl::Status& s = msgs_[reading_idx_].status;
@@ -163,7 +164,7 @@ class PutReactor final : public grpc::ServerReadReactor<ParsedRequest<v1::PutTen
   grpc::CallbackServerContext* ctx_;
   v1::PutTensorResponse* resp_;
   const Clock::time_point start_ = Clock::now();
-  ParsedRequest<v1::PutTensorRequest> msgs_[2];
+  ParsedStreamMessage<v1::PutTensorRequest> msgs_[2];
   std::optional<PutAssembly> assembly_;
 
   std::mutex mu_;
@@ -322,7 +323,7 @@ class GetReactor final : public grpc::ServerWriteReactor<v1::GetTensorResponse> 
 
 }  // namespace
 
-grpc::ServerReadReactor<ParsedRequest<v1::PutTensorRequest>>* OpServeService::StartPutTensor(
+grpc::ServerReadReactor<ParsedStreamMessage<v1::PutTensorRequest>>* OpServeService::StartPutTensor(
     grpc::CallbackServerContext* ctx, v1::PutTensorResponse* resp) {
   return new PutReactor(this, ctx, resp);
 }
