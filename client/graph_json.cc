@@ -11,7 +11,7 @@
 #include "client/npy.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
-#include "server/status_macros.h"  // header only: the macros, no link to opserve_core
+#include "common/status_macros.h"  // header only: the macros, no link to opserve_core
 
 namespace opserve::client {
 namespace {

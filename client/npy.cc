@@ -9,7 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "server/status_macros.h"  // header only: the macros, no link to opserve_core
+#include "common/status_macros.h"  // header only: the macros, no link to opserve_core
 
 namespace opserve::client {
 namespace {

@@ -17,7 +17,7 @@
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/proto_buffer_reader.h"
-#include "server/status_macros.h"  // header only: the macros, no link to opserve_core
+#include "common/status_macros.h"  // header only: the macros, no link to opserve_core
 
 namespace opserve::client {
 namespace {

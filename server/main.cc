@@ -22,14 +22,14 @@
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "server/cpu/cpu_backend.h"
-#include "server/ops.h"
-#include "server/security.h"
-#include "server/service.h"
-#include "server/socket_drain.h"
-#include "server/warmup.h"
+#include "server/engine/cpu_backend.h"
+#include "server/ops/op.h"
+#include "server/rpc/security.h"
+#include "server/rpc/service.h"
+#include "server/rpc/socket_drain.h"
+#include "server/engine/warmup.h"
 #if OPSERVE_WITH_CUDA
-#include "server/cuda/cuda_backend.h"
+#include "server/engine/cuda_backend.h"
 #endif
 
 ABSL_FLAG(std::string, host, "0.0.0.0", "address to listen on");
@@ -219,16 +219,17 @@ int Run() {
     }
   }
 
-  auto worker = DeviceWorker::Start(
-      *backend, absl::GetFlag(FLAGS_max_inflight),
+  auto device_or = Device::Start(
+      std::move(backend), absl::GetFlag(FLAGS_max_inflight),
       std::chrono::microseconds(std::clamp(absl::GetFlag(FLAGS_worker_poll_us), 0, 1000000)));
-  if (!worker.ok()) {
-    std::cerr << "opserve: device worker: " << worker.status() << std::endl;
+  if (!device_or.ok()) {
+    std::cerr << "opserve: device worker: " << device_or.status() << std::endl;
     return 2;
   }
-  if (backend->name() == "cuda") {
+  Device& device = **device_or;
+  if (device.backend().name() == "cuda") {
     const auto t0 = std::chrono::steady_clock::now();
-    auto runs = WarmUpKernels(*backend, **worker);
+    auto runs = WarmUpKernels(device);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (runs.ok()) {
       std::cerr << "opserve: warm-up: " << *runs << " kernel runs in " << static_cast<int>(ms) << " ms" << std::endl;
@@ -237,7 +238,7 @@ int Run() {
     }
   }
   TensorStore store;
-  OpServeService service(*backend, store, **worker, metrics.get(), options);
+  OpServeService service(device, store, metrics.get(), options);
   service.UpdateStoreGauges();
 
   // A supervisor may signal the moment it sees the listening line: g_serving is set before the
@@ -275,7 +276,7 @@ int Run() {
   auto* health = server->GetHealthCheckService();
   health->SetServingStatus(true);
   health_service.store(health);
-  if (!backend->Healthy().ok()) service.ReportUnhealthy();  // failed during the warm-up
+  if (!device.backend().Healthy().ok()) service.ReportUnhealthy();  // failed in the warm-up
   g_serving.store(true);  // from here a signal drains instead of ending the process
   std::cerr << "opserve: listening on " << absl::GetFlag(FLAGS_host) << ":" << port << std::endl;
 
@@ -311,7 +312,7 @@ int Run() {
     grpc_server_cancel_all_calls(server->c_server());
   }
   shutdown.join();
-  (*worker)->Shutdown();
+  device.Shutdown();
   std::cerr << "opserve: stopped" << std::endl;
   return 0;
 }

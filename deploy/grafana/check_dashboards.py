@@ -6,7 +6,7 @@ For every dashboard:
   - every panel other than a row queries Prometheus through the ${datasource} variable and has at
     least one target with a PromQL expression;
   - every $variable an expression uses is defined by the dashboard (or is a Grafana built-in);
-  - every metric an expression names is a family that server/metrics.cc builds, or a series that
+  - every metric an expression names is a family that server/engine/metrics.cc builds, or a series that
     deploy/prometheus/rules records (catches typos that stay valid PromQL);
   - every expression parses: each is wrapped in a recording rule of a rule file generated here, with
     the variables replaced by sample values, and `promtool check rules` must accept the file.
@@ -64,7 +64,7 @@ def substitute(expr, values, problems, where):
 
 def known_metrics(repo):
     families = set(re.findall(r'\.Name\("(opserve_\w+)"\)',
-                              open(os.path.join(repo, "server", "metrics.cc")).read()))
+                              open(os.path.join(repo, "server", "engine", "metrics.cc")).read()))
     recorded = set()
     for path in glob.glob(os.path.join(repo, "deploy", "prometheus", "rules", "*.yml")):
         recorded |= set(re.findall(r"^\s*-?\s*record:\s*(\S+)\s*$", open(path).read(), re.M))

@@ -22,10 +22,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "opserve/v1/opserve.pb.h"
-#include "server/cpu/cpu_backend.h"
-#include "server/executor.h"
-#include "server/plan.h"
-#include "server/tensor_store.h"
+#include "server/engine/cpu_backend.h"
+#include "server/engine/executor.h"
+#include "server/engine/plan.h"
+#include "server/engine/tensor_store.h"
+#include "server/rpc/convert.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace opserve {
@@ -112,7 +113,7 @@ bool Accepts(const AlgoSpec& a, DType d) {
 bool CheckPlan(const v1::ExecuteRequest& request, const Plan& plan, const std::string& ns) {
   Fixture& f = F();
   const std::vector<StoredTensorPtr>& mine = ns.empty() ? f.visible : f.tenant;
-  FUZZ_CHECK(plan.ns == ns, plan.ns);
+  FUZZ_CHECK(plan.tenant == ns, plan.tenant);
   FUZZ_CHECK(static_cast<int>(plan.nodes.size()) == request.nodes_size(),
              absl::StrCat(plan.nodes.size(), " planned of ", request.nodes_size()));
   FUZZ_CHECK(plan.inlines.size() == static_cast<size_t>(request.inline_tensors_size()),
@@ -188,9 +189,11 @@ void Execute(const Plan& plan, const std::string& ns) {
                "seed");
     auto env = f.backend->NewExecEnv();
     FUZZ_CHECK(env.ok(), env.status().ToString());
-    ExecuteContext ctx{f.backend.get(), env->get(), &store, /*metrics=*/nullptr, {}, ""};
+    ExecuteResult result;
+    const absl::Status s =
+        ExecutePlan(plan, *f.backend, **env, store, /*metrics=*/nullptr, {}, &result);
     v1::ExecuteResponse response;
-    const absl::Status s = ExecutePlan(plan, ctx, &response);
+    if (s.ok()) convert::ResultToProto(std::move(result), &response);
     FUZZ_CHECK(s.ok(), "a plan BuildPlan accepted failed to run: " + s.ToString());
     FUZZ_CHECK(response.nodes_size() == static_cast<int>(plan.nodes.size()),
                absl::StrCat(response.nodes_size()));
@@ -236,7 +239,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!request.ParseFromArray(data, static_cast<int>(size))) return 0;
   Fixture& f = F();
   for (const std::string ns : {"", kTenant}) {
-    absl::StatusOr<Plan> plan = BuildPlan(request, *f.backend, f.store, f.limits, ns);
+    absl::StatusOr<Plan> plan = BuildPlan(convert::GraphFromProto(request), *f.backend, f.store, f.limits, ns);
     if (!plan.ok()) {
       FUZZ_CHECK(fuzz::ErrorIsOneOf(plan.status(), kRefusals),
                  plan.status().ToString());

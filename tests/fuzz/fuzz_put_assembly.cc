@@ -28,9 +28,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "opserve/v1/opserve.pb.h"
-#include "server/cpu/cpu_backend.h"
-#include "server/put_assembly.h"
-#include "server/tensor_store.h"
+#include "server/engine/cpu_backend.h"
+#include "server/rpc/put_assembly.h"
+#include "server/engine/tensor_store.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace opserve {

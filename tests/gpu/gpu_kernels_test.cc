@@ -18,10 +18,10 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "server/cpu/cpu_backend.h"
-#include "server/cpu/reference.h"
-#include "server/cuda/cuda_backend.h"
-#include "server/ops.h"
+#include "server/engine/cpu_backend.h"
+#include "server/ops/op_util.h"
+#include "server/engine/cuda_backend.h"
+#include "server/ops/op.h"
 
 namespace opserve {
 namespace {
@@ -125,7 +125,7 @@ std::string RandomBytes(const TensorMeta& meta, uint64_t salt) {
     }
     case DType::kBFloat16: {
       auto* p = reinterpret_cast<uint16_t*>(bytes.data());
-      for (int64_t i = 0; i < n; ++i) p[i] = cpu::FloatToBf16(uf(rng) + 2e-3f);
+      for (int64_t i = 0; i < n; ++i) p[i] = op_util::FloatToBf16(uf(rng) + 2e-3f);
       break;
     }
     case DType::kInt32: {
@@ -187,7 +187,7 @@ double AbsAt(const std::string& bytes, DType d, int64_t i) {
   switch (d) {
     case DType::kFloat32: return std::fabs(reinterpret_cast<const float*>(bytes.data())[i]);
     case DType::kBFloat16:
-      return std::fabs(cpu::Bf16ToFloat(reinterpret_cast<const uint16_t*>(bytes.data())[i]));
+      return std::fabs(op_util::Bf16ToFloat(reinterpret_cast<const uint16_t*>(bytes.data())[i]));
     case DType::kInt32: return std::fabs(double(reinterpret_cast<const int32_t*>(bytes.data())[i]));
     case DType::kInt64: return std::fabs(double(reinterpret_cast<const int64_t*>(bytes.data())[i]));
     default: return 0;
@@ -288,7 +288,7 @@ TEST_P(GpuKernelTest, MatchesCpuReference) {
       const int64_t m = metas[0].shape[0], k = metas[0].shape[1], nn = metas[1].shape[1];
       auto at = [&](int idx, int64_t i) -> double {
         if (c.dtype == DType::kBFloat16) {
-          return cpu::Bf16ToFloat(reinterpret_cast<const uint16_t*>(host[idx].data())[i]);
+          return op_util::Bf16ToFloat(reinterpret_cast<const uint16_t*>(host[idx].data())[i]);
         }
         return reinterpret_cast<const float*>(host[idx].data())[i];
       };

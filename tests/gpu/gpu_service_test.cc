@@ -8,8 +8,8 @@
 #include <random>
 #include <set>
 
-#include "server/cuda/cuda_backend.h"
-#include "server/ops.h"
+#include "server/engine/cuda_backend.h"
+#include "server/ops/op.h"
 #include "tests/e2e/e2e_fixture.h"
 
 namespace opserve::e2e {

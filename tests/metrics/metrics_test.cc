@@ -1,6 +1,6 @@
 // Metrics: the families, labels and values that a scrape shows, the bounds on label cardinality,
 // the HTTP exposer, and promtool's lint of a real scrape.
-#include "server/metrics.h"
+#include "server/engine/metrics.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

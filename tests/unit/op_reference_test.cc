@@ -25,9 +25,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "server/cpu/cpu_backend.h"
-#include "server/cpu/reference.h"
-#include "server/ops.h"
+#include "server/engine/cpu_backend.h"
+#include "server/ops/op_util.h"
+#include "server/ops/op.h"
 
 namespace opserve {
 namespace {
@@ -704,7 +704,8 @@ TEST(OpTable, CpuRowsCoverEveryDtypeOfEveryOp) {
 // The harness itself: broken kernels must fail the checks above, or a pass means nothing.
 
 AlgoSpec Broken(absl::string_view op, KernelFn run) {
-  return {op, "broken", "cpu", {DType::kFloat32}, run, true, false, 0, "test double"};
+  return {.op = op, .name = "broken", .backend = "cpu", .dtypes = {DType::kFloat32}, .run = run,
+          .description = "test double"};
 }
 
 AssertionResult CheckBroken(const AlgoSpec& algo, const Shapes& shapes) {
@@ -727,7 +728,7 @@ TEST(Harness, OneUnwrittenElementFails) {
     const int64_t n = a.output_meta.NumElements();
     std::vector<float> tmp(n);
     KernelArgs args{a.inputs, a.input_meta, tmp.data(), a.output_meta, a.attrs, a.env};
-    absl::Status s = cpu::TransposeReference(args);
+    absl::Status s = CpuReference("transpose")->run(args);
     std::memcpy(a.output, tmp.data(), (n - 1) * sizeof(float));
     return s;
   });
@@ -736,7 +737,7 @@ TEST(Harness, OneUnwrittenElementFails) {
 
 TEST(Harness, AWritePastTheEndFails) {
   const AlgoSpec overrun = Broken("row_mean", [](const KernelArgs& a) {
-    absl::Status s = cpu::RowMeanReference(a);
+    absl::Status s = CpuReference("row_mean")->run(a);
     static_cast<float*>(a.output)[a.output_meta.NumElements()] = 0.f;
     return s;
   });
@@ -757,7 +758,7 @@ TEST(Harness, ADroppedTermFails) {
                                      {DType::kFloat32, {k - 1, a.input_meta[1].shape[1]}}};
     const void* ptrs[] = {a_short.data(), a.inputs[1]};
     KernelArgs args{ptrs, metas, a.output, a.output_meta, a.attrs, a.env};
-    return cpu::MatmulReference(args);
+    return CpuReference("matmul")->run(args);
   });
   EXPECT_FALSE(CheckBroken(drops_last_k, MatmulShapes(33, 127, 65)));
 }

@@ -10,8 +10,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "server/cpu/cpu_backend.h"
-#include "server/plan.h"
+#include "server/engine/cpu_backend.h"
+#include "opserve/v1/opserve.pb.h"
+#include "server/engine/plan.h"
+#include "server/rpc/convert.h"
 
 namespace opserve {
 namespace {
@@ -113,7 +115,9 @@ class PlanErrorsTest : public ::testing::Test {
     ASSERT_TRUE(store_.InsertAll({t}, {false}).ok());
   }
 
-  absl::StatusOr<Plan> Build() { return BuildPlan(req_, *backend_, store_, limits_); }
+  absl::StatusOr<Plan> Build() {
+    return BuildPlan(convert::GraphFromProto(req_), *backend_, store_, limits_);
+  }
   absl::Status BuildStatus() { return Build().status(); }
 
   std::unique_ptr<Backend> backend_ = MakeCpuBackend(64 << 20);

@@ -5,8 +5,8 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
-#include "server/cpu/cpu_backend.h"
-#include "server/ops.h"
+#include "server/engine/cpu_backend.h"
+#include "server/ops/op.h"
 
 namespace opserve {
 namespace {

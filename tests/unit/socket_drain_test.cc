@@ -1,6 +1,6 @@
 // server/socket_drain: the drain on SIGTERM closes connections only once the peers have every
 // byte queued for them. Checked on a real loopback TCP connection whose reader stalls.
-#include "server/socket_drain.h"
+#include "server/rpc/socket_drain.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>

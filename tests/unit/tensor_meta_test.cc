@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "server/plan.h"
-#include "server/tensor.h"
+#include "server/engine/plan.h"
+#include "server/ops/tensor.h"
 
 namespace opserve {
 namespace {
@@ -18,9 +18,8 @@ namespace {
 constexpr uint64_t kNoLimit = std::numeric_limits<uint64_t>::max();
 constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max();
 
-google::protobuf::RepeatedField<int64_t> Shape(std::vector<int64_t> dims) {
-  return google::protobuf::RepeatedField<int64_t>(dims.begin(), dims.end());
-}
+// A shape as the wire carries it: CheckedMeta reads a span of the request's dimensions.
+std::vector<int64_t> Shape(std::vector<int64_t> dims) { return dims; }
 
 bool Mentions(const absl::Status& s, absl::string_view fragment) {
   return s.message().find(fragment) != absl::string_view::npos;
@@ -139,37 +138,37 @@ TEST(CheckMeta, MaxBytesIsInclusive) {
   EXPECT_TRUE(Mentions(s, "1024")) << s;
 }
 
-TEST(MetaFromProto, ConvertsAValidHeader) {
-  absl::StatusOr<TensorMeta> m = MetaFromProto(v1::BFLOAT16, Shape({3, 4}), kNoLimit, "t");
+TEST(CheckedMeta, ConvertsAValidHeader) {
+  absl::StatusOr<TensorMeta> m = CheckedMeta(int(DType::kBFloat16), Shape({3, 4}), kNoLimit, "t");
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ(*m, (TensorMeta{DType::kBFloat16, {3, 4}}));
-  absl::StatusOr<TensorMeta> scalar = MetaFromProto(v1::INT64, Shape({}), kNoLimit, "t");
+  absl::StatusOr<TensorMeta> scalar = CheckedMeta(int(DType::kInt64), Shape({}), kNoLimit, "t");
   ASSERT_TRUE(scalar.ok()) << scalar.status();
   EXPECT_EQ(scalar->rank(), 0);
 }
 
-TEST(MetaFromProto, RankAboveFour) {
+TEST(CheckedMeta, RankAboveFour) {
   for (int rank : {5, 8, 100}) {
     absl::StatusOr<TensorMeta> m =
-        MetaFromProto(v1::FLOAT32, Shape(std::vector<int64_t>(rank, 1)), kNoLimit, "tensor 'r'");
+        CheckedMeta(int(DType::kFloat32), Shape(std::vector<int64_t>(rank, 1)), kNoLimit, "tensor 'r'");
     EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument) << rank;
     EXPECT_TRUE(Mentions(m.status(), "tensor 'r'")) << m.status();
     EXPECT_TRUE(Mentions(m.status(), absl::StrCat("got ", rank))) << m.status();
   }
 }
 
-TEST(MetaFromProto, ZeroDimensionsMakeEmptyTensors) {
+TEST(CheckedMeta, ZeroDimensionsMakeEmptyTensors) {
   for (const std::vector<int64_t>& shape : {std::vector<int64_t>{0}, {3, 0}, {0, 5}}) {
-    absl::StatusOr<TensorMeta> m = MetaFromProto(v1::INT32, Shape(shape), kNoLimit, "tensor 'e'");
+    absl::StatusOr<TensorMeta> m = CheckedMeta(int(DType::kInt32), Shape(shape), kNoLimit, "tensor 'e'");
     ASSERT_TRUE(m.ok()) << ShapeString(shape) << ": " << m.status();
     EXPECT_EQ(m->shape, shape);
     EXPECT_EQ(m->Bytes(), 0u);
   }
 }
 
-TEST(MetaFromProto, NegativeDimensions) {
+TEST(CheckedMeta, NegativeDimensions) {
   for (int64_t d : {int64_t{-1}, std::numeric_limits<int64_t>::min()}) {
-    absl::StatusOr<TensorMeta> m = MetaFromProto(v1::INT32, Shape({4, d}), kNoLimit, "tensor 'd'");
+    absl::StatusOr<TensorMeta> m = CheckedMeta(int(DType::kInt32), Shape({4, d}), kNoLimit, "tensor 'd'");
     EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument) << d;
     EXPECT_TRUE(Mentions(m.status(), "tensor 'd'")) << m.status();
     EXPECT_TRUE(Mentions(m.status(), absl::StrCat("got ", d))) << m.status();
@@ -177,9 +176,9 @@ TEST(MetaFromProto, NegativeDimensions) {
 }
 
 // The message names the value the client sent, not what the server folded it into.
-TEST(MetaFromProto, UnknownDtypes) {
+TEST(CheckedMeta, UnknownDtypes) {
   for (int dtype : {5, -1, 99}) {
-    absl::StatusOr<TensorMeta> m = MetaFromProto(dtype, Shape({2}), kNoLimit, "tensor 'u'");
+    absl::StatusOr<TensorMeta> m = CheckedMeta(dtype, Shape({2}), kNoLimit, "tensor 'u'");
     EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument) << dtype;
     EXPECT_TRUE(Mentions(m.status(), "tensor 'u'")) << m.status();
     EXPECT_TRUE(Mentions(m.status(), absl::StrCat("got ", dtype))) << m.status();
@@ -187,23 +186,23 @@ TEST(MetaFromProto, UnknownDtypes) {
   }
 }
 
-TEST(MetaFromProto, UnspecifiedDtype) {
+TEST(CheckedMeta, UnspecifiedDtype) {
   absl::StatusOr<TensorMeta> m =
-      MetaFromProto(v1::DTYPE_UNSPECIFIED, Shape({2}), kNoLimit, "tensor 'u'");
+      CheckedMeta(int(DType::kInvalid), Shape({2}), kNoLimit, "tensor 'u'");
   EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(Mentions(m.status(), "tensor 'u'")) << m.status();
   EXPECT_TRUE(Mentions(m.status(), "got DTYPE_UNSPECIFIED (0)")) << m.status();
 }
 
-TEST(MetaFromProto, OverflowingShape) {
-  absl::StatusOr<TensorMeta> m = MetaFromProto(
-      v1::FLOAT32, Shape({int64_t{1} << 32, int64_t{1} << 32}), kNoLimit, "tensor 'o'");
+TEST(CheckedMeta, OverflowingShape) {
+  absl::StatusOr<TensorMeta> m = CheckedMeta(
+      int(DType::kFloat32), Shape({int64_t{1} << 32, int64_t{1} << 32}), kNoLimit, "tensor 'o'");
   EXPECT_FALSE(m.ok());
   EXPECT_TRUE(Mentions(m.status(), "tensor 'o'")) << m.status();
 }
 
-TEST(MetaFromProto, OverTheLimit) {
-  absl::StatusOr<TensorMeta> m = MetaFromProto(v1::INT64, Shape({129}), 1024, "tensor 'l'");
+TEST(CheckedMeta, OverTheLimit) {
+  absl::StatusOr<TensorMeta> m = CheckedMeta(int(DType::kInt64), Shape({129}), 1024, "tensor 'l'");
   EXPECT_EQ(m.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_TRUE(Mentions(m.status(), "1032")) << m.status();
 }

@@ -1,6 +1,6 @@
 // The tensor store (named, shared, all-or-nothing inserts), tensor names, the memory budget and
 // the budget-charged buffers of the CPU backend.
-#include "server/tensor_store.h"
+#include "server/engine/tensor_store.h"
 
 #include <gtest/gtest.h>
 
@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "server/backend.h"
-#include "server/cpu/cpu_backend.h"
+#include "server/engine/backend.h"
+#include "server/engine/cpu_backend.h"
 
 namespace opserve {
 namespace {

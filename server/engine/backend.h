@@ -1,0 +1,121 @@
+// A backend owns one device: its memory (through a budget), its copies and its execution
+// context. The CPU reference backend and the CUDA backend implement it.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "server/ops/op.h"
+#include "server/ops/tensor.h"
+
+namespace opserve {
+
+// A block of backend memory (host memory on the CPU backend, device memory on CUDA). Destroying
+// it returns the memory to its pool and releases its bytes from the memory budget.
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  void* data() const { return data_; }
+  uint64_t bytes() const { return bytes_; }
+
+ protected:
+  Buffer(void* data, uint64_t bytes) : data_(data), bytes_(bytes) {}
+
+ private:
+  void* data_;
+  uint64_t bytes_;
+};
+using BufferPtr = std::shared_ptr<Buffer>;
+
+// Bytes a backend may hold at once: stored tensors, intermediates and scratch together.
+// Reserve fails with RESOURCE_EXHAUSTED instead of growing past the budget.
+class MemoryBudget {
+ public:
+  explicit MemoryBudget(uint64_t budget_bytes) : budget_(budget_bytes) {}
+  absl::Status Reserve(uint64_t bytes);
+  void Release(uint64_t bytes) { used_.fetch_sub(bytes, std::memory_order_relaxed); }
+  uint64_t used() const { return used_.load(std::memory_order_relaxed); }
+  uint64_t budget() const { return budget_; }
+
+ private:
+  const uint64_t budget_;
+  std::atomic<uint64_t> used_{0};
+};
+
+// A request's execution context on one device, used by the device worker thread only: what the
+// kernels see (KernelEnv: stream, cuBLAS handle, scratch) and what the executor drives.
+class ExecEnv : public KernelEnv {
+ public:
+  // Memory for a node's output or an inline input, ordered on this context's stream: it is
+  // usable by the next launch at once, and a buffer dropped mid-request is reused only after
+  // the launches queued before the drop. Charged to the backend's budget.
+  virtual absl::StatusOr<BufferPtr> Allocate(uint64_t bytes) = 0;
+  // Copies host bytes into `dst`, in stream order. `src` must stay valid until Finish().
+  virtual absl::Status CopyIn(Buffer& dst, const void* src, uint64_t bytes) = 0;
+  // Sets `bytes` bytes of `dst` to `byte`, in stream order (no kernel of the op's runs: the
+  // output of a node whose input is empty).
+  virtual absl::Status Fill(Buffer& dst, uint8_t byte, uint64_t bytes) = 0;
+  // Called once at the start of each request.
+  virtual void BeginRequest() {}
+  // Queues a copy of a returned output to host memory in stream order, so that the request's
+  // one wait (Finish) covers it too. The bytes are at the returned pointer after Finish() and
+  // stay there until the next BeginRequest(). nullptr: not staged (larger than the staging
+  // area); the caller copies with Backend::CopyOut after Finish instead.
+  virtual absl::StatusOr<const void*> StageOut(const Buffer& src, uint64_t bytes) = 0;
+  // Brackets node `i`'s kernels for timing (CUDA events or the host clock).
+  virtual void MarkStart(int i) = 0;
+  virtual void MarkEnd(int i) = 0;
+  // Waits until node `i`'s kernels (up to MarkEnd(i)) are done; a no-op where kernels run
+  // synchronously. The executor calls it before queueing the node after next, so an abandoned
+  // request leaves at most the running node and one queued node for the device to finish.
+  virtual absl::Status WaitNode(int i) { return absl::OkStatus(); }
+  // Waits for the device (once per request) and returns each marked node's seconds.
+  // Frees the scratch. A device error here is reported against the request.
+  virtual absl::StatusOr<std::vector<double>> Finish(int num_nodes) = 0;
+  // Test builds: fail the way a faulty kernel does on this device (on CUDA, an illegal-address
+  // launch whose sticky error Finish reports).
+  virtual absl::Status InjectFault() { return absl::InternalError("injected kernel fault"); }
+};
+
+// Streams one tensor's bytes into a buffer, chunk by chunk (PutTensor).
+class Uploader {
+ public:
+  virtual ~Uploader() = default;
+  virtual absl::Status Append(const void* data, uint64_t bytes) = 0;
+  // Waits until every appended byte is in the buffer.
+  virtual absl::Status Finish() = 0;
+};
+
+struct MemoryStats {
+  uint64_t used = 0;
+  uint64_t budget = 0;
+  uint64_t total = 0;  // the device's memory
+};
+
+// The memory and copies of one device. Its DeviceProperties (name: the table's backend column,
+// compute capability, SM count) decide which of the op table's rows it runs.
+class Backend : public DeviceProperties {
+ public:
+  virtual std::string device() const = 0;       // "cpu" or "cuda:0"
+  virtual std::string description() const = 0;  // e.g. "cuda:0 NVIDIA H100 80GB HBM3 (sm_90)"
+
+  // Memory charged to the budget; RESOURCE_EXHAUSTED when it would not fit.
+  virtual absl::StatusOr<BufferPtr> Allocate(uint64_t bytes) = 0;
+  // A blocking copy from a buffer no device work is still writing (a stored tensor, or an
+  // output after ExecEnv::Finish).
+  virtual absl::Status CopyOut(const Buffer& src, uint64_t offset, void* dst,
+                               uint64_t bytes) = 0;
+  virtual std::unique_ptr<Uploader> NewUploader(BufferPtr dst) = 0;
+  // One per device worker; made on the worker's thread.
+  virtual absl::StatusOr<std::unique_ptr<ExecEnv>> NewExecEnv() = 0;
+  // OK while the device can serve; a sticky device error makes it fail for good.
+  virtual absl::Status Healthy() const { return absl::OkStatus(); }
+  virtual MemoryStats Memory() const = 0;
+};
+
+}  // namespace opserve

@@ -1,0 +1,440 @@
+#include "server/engine/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cublas_loader.h"
+#include "kernels/test_fault.h"
+#include "server/ops/cuda_launch.h"
+#include "server/engine/pinned_pool.h"
+#include "common/status_macros.h"
+
+namespace opserve {
+namespace {
+
+using cuda::FromCuda;
+
+// Errors after which the CUDA context is unusable: the process must restart to serve again.
+bool IsSticky(cudaError_t e) {
+  switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorHardwareStackError:
+    case cudaErrorAssert:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorLaunchTimeout:
+      return true;
+    default:
+      return false;
+  }
+}
+
+class CudaBackend;
+
+// Device memory from the stream-ordered pool. Freed on the compute stream: a buffer dropped
+// mid-request (an intermediate after its last reader) is reused only after the launches that
+// were queued before the drop, and every other drop happens after the device finished with it.
+class DeviceBuffer final : public Buffer {
+ public:
+  DeviceBuffer(void* p, uint64_t bytes, CudaBackend* backend) : Buffer(p, bytes), backend_(backend) {}
+  ~DeviceBuffer() override;
+
+ private:
+  CudaBackend* backend_;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(int device, uint64_t budget);
+  ~CudaBackend() override;
+
+  std::string name() const override { return "cuda"; }
+  std::string device() const override { return absl::StrCat("cuda:", device_); }
+  std::string description() const override { return description_; }
+  int compute_capability() const override { return cc_; }
+  int sm_count() const override { return sm_count_; }
+
+  absl::StatusOr<BufferPtr> Allocate(uint64_t bytes) override;
+  absl::Status CopyOut(const Buffer& src, uint64_t offset, void* dst, uint64_t bytes) override;
+  std::unique_ptr<Uploader> NewUploader(BufferPtr dst) override;
+  absl::StatusOr<std::unique_ptr<ExecEnv>> NewExecEnv() override;
+  absl::Status Healthy() const override;
+  MemoryStats Memory() const override;
+
+  // For the buffers and the execution context.
+  absl::StatusOr<BufferPtr> AllocateOn(uint64_t bytes, cudaStream_t stream);
+  void Free(void* p, uint64_t bytes);
+  absl::Status Check(cudaError_t err, absl::string_view what);
+  PinnedPool& pinned() { return pinned_; }
+  int device_index() const { return device_; }
+  void set_compute_stream(cudaStream_t s) { compute_stream_ = s; }
+
+ private:
+  absl::Status CopyOutVia(PinnedPool::Block block, const Buffer& src, uint64_t offset, void* dst,
+                          uint64_t bytes);
+  CudaBackend(int device, uint64_t budget) : device_(device), budget_(budget) {}
+
+  const int device_;
+  MemoryBudget budget_;
+  std::string description_;
+  int cc_ = 0;
+  int sm_count_ = 0;
+  uint64_t total_ = 0;
+  cudaStream_t alloc_stream_ = nullptr;    // allocations made off the worker (uploads)
+  cudaStream_t copy_stream_ = nullptr;     // downloads (GetTensor, returned outputs)
+  std::mutex copy_mu_;
+  std::atomic<cudaStream_t> compute_stream_{nullptr};
+  PinnedPool pinned_;
+  mutable std::mutex health_mu_;
+  absl::Status health_;
+};
+
+DeviceBuffer::~DeviceBuffer() { backend_->Free(data(), bytes()); }
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device, uint64_t budget) {
+  RETURN_IF_ERROR(FromCuda(cudaSetDevice(device), "cudaSetDevice"));
+  cudaDeviceProp prop{};
+  RETURN_IF_ERROR(FromCuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties"));
+  size_t free_bytes = 0, total_bytes = 0;
+  RETURN_IF_ERROR(FromCuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo"));
+  if (budget == 0) budget = static_cast<uint64_t>(free_bytes * 0.9);
+  std::unique_ptr<CudaBackend> b(new CudaBackend(device, budget));
+  b->cc_ = prop.major * 10 + prop.minor;
+  b->sm_count_ = prop.multiProcessorCount;
+  b->total_ = total_bytes;
+  b->description_ = absl::StrCat("cuda:", device, " ", prop.name, " (sm_", b->cc_, ", ",
+                                 prop.multiProcessorCount, " SMs, ", total_bytes >> 20, " MiB)");
+  // Keep freed blocks cached in the pool: after warm-up no request reaches cudaMalloc.
+  cudaMemPool_t pool;
+  RETURN_IF_ERROR(FromCuda(cudaDeviceGetDefaultMemPool(&pool, device), "cudaDeviceGetDefaultMemPool"));
+  uint64_t threshold = UINT64_MAX;
+  RETURN_IF_ERROR(FromCuda(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold),
+                           "cudaMemPoolSetAttribute"));
+  RETURN_IF_ERROR(FromCuda(cudaStreamCreateWithFlags(&b->alloc_stream_, cudaStreamNonBlocking), "stream"));
+  RETURN_IF_ERROR(FromCuda(cudaStreamCreateWithFlags(&b->copy_stream_, cudaStreamNonBlocking), "stream"));
+  return b;
+}
+
+CudaBackend::~CudaBackend() {
+  cudaSetDevice(device_);
+  cudaDeviceSynchronize();
+  pinned_.Clear();
+  if (alloc_stream_) cudaStreamDestroy(alloc_stream_);
+  if (copy_stream_) cudaStreamDestroy(copy_stream_);
+}
+
+absl::Status CudaBackend::Check(cudaError_t err, absl::string_view what) {
+  if (err != cudaSuccess && IsSticky(err)) {
+    std::lock_guard<std::mutex> lock(health_mu_);
+    if (health_.ok()) {
+      health_ = absl::UnavailableError(absl::StrCat("the GPU failed and must be restarted: ",
+                                                    cudaGetErrorName(err)));
+    }
+  }
+  return FromCuda(err, what);
+}
+
+absl::Status CudaBackend::Healthy() const {
+  std::lock_guard<std::mutex> lock(health_mu_);
+  return health_;
+}
+
+absl::StatusOr<BufferPtr> CudaBackend::AllocateOn(uint64_t bytes, cudaStream_t stream) {
+  RETURN_IF_ERROR(budget_.Reserve(bytes));
+  void* p = nullptr;
+  cudaError_t err = cudaMallocAsync(&p, std::max<uint64_t>(bytes, 1), stream);
+  if (err != cudaSuccess) {
+    budget_.Release(bytes);
+    cudaGetLastError();  // an out-of-memory error is not sticky; clear it
+    if (err == cudaErrorMemoryAllocation) {
+      return absl::ResourceExhaustedError(absl::StrCat("the GPU has no ", bytes, " bytes free"));
+    }
+    return Check(err, "cudaMallocAsync");
+  }
+  return std::make_shared<DeviceBuffer>(p, bytes, this);
+}
+
+absl::StatusOr<BufferPtr> CudaBackend::Allocate(uint64_t bytes) {
+  cudaSetDevice(device_);
+  ASSIGN_OR_RETURN(BufferPtr b, AllocateOn(bytes, alloc_stream_));
+  // Other streams use it next: wait until the pool has handed it over.
+  RETURN_IF_ERROR(Check(cudaStreamSynchronize(alloc_stream_), "allocation"));
+  return b;
+}
+
+void CudaBackend::Free(void* p, uint64_t bytes) {
+  cudaSetDevice(device_);
+  cudaStream_t s = compute_stream_.load();
+  cudaFreeAsync(p, s ? s : alloc_stream_);
+  budget_.Release(bytes);
+}
+
+absl::Status CudaBackend::CopyOut(const Buffer& src, uint64_t offset, void* dst, uint64_t bytes) {
+  cudaSetDevice(device_);
+  // Through pinned staging: pageable device-to-host copies run at a fraction of the bus speed.
+  std::lock_guard<std::mutex> lock(copy_mu_);
+  PinnedPool::Block block = pinned_.Acquire();
+  absl::Status status = CopyOutVia(block, src, offset, dst, bytes);
+  pinned_.Release(block);  // on every path: an error must not keep 4 MiB of pinned memory
+  return status;
+}
+
+absl::Status CudaBackend::CopyOutVia(PinnedPool::Block block, const Buffer& src, uint64_t offset,
+                                     void* dst, uint64_t bytes) {
+  const char* s = static_cast<const char*>(src.data()) + offset;
+  char* d = static_cast<char*>(dst);
+  for (uint64_t done = 0; done < bytes;) {
+    const uint64_t n = std::min<uint64_t>(bytes - done, block.bytes);
+    RETURN_IF_ERROR(Check(cudaMemcpyAsync(block.ptr, s + done, n, cudaMemcpyDeviceToHost, copy_stream_), "download"));
+    RETURN_IF_ERROR(Check(cudaStreamSynchronize(copy_stream_), "download"));
+    std::memcpy(d + done, block.ptr, n);
+    done += n;
+  }
+  return absl::OkStatus();
+}
+
+// Uploads: each chunk is copied into one of two pinned staging blocks and sent with
+// cudaMemcpyAsync, so the copy of chunk i overlaps the receipt of chunk i+1.
+class CudaUploader final : public Uploader {
+ public:
+  CudaUploader(CudaBackend* backend, BufferPtr dst) : backend_(backend), dst_(std::move(dst)) {
+    cudaSetDevice(backend_->device_index());
+    cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
+    for (Stage& st : stages_) {
+      st.block = backend_->pinned().Acquire();
+      cudaEventCreateWithFlags(&st.done, cudaEventDisableTiming);
+    }
+  }
+  ~CudaUploader() override {
+    cudaStreamSynchronize(stream_);  // no copy may outlive the staging or the buffer
+    for (Stage& st : stages_) {
+      cudaEventDestroy(st.done);
+      backend_->pinned().Release(st.block);
+    }
+    cudaStreamDestroy(stream_);
+  }
+
+  absl::Status Append(const void* data, uint64_t bytes) override {
+    const char* p = static_cast<const char*>(data);
+    while (bytes > 0) {
+      Stage& st = stages_[current_];
+      if (st.fill == 0 && st.in_flight) {
+        RETURN_IF_ERROR(backend_->Check(cudaEventSynchronize(st.done), "upload"));
+        st.in_flight = false;
+      }
+      const uint64_t n = std::min<uint64_t>(bytes, st.block.bytes - st.fill);
+      std::memcpy(static_cast<char*>(st.block.ptr) + st.fill, p, n);
+      st.fill += n;
+      p += n;
+      bytes -= n;
+      if (st.fill == st.block.bytes) RETURN_IF_ERROR(Flush());
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Finish() override {
+    if (stages_[current_].fill > 0) RETURN_IF_ERROR(Flush());
+    return backend_->Check(cudaStreamSynchronize(stream_), "upload");
+  }
+
+ private:
+  struct Stage {
+    PinnedPool::Block block;
+    cudaEvent_t done = nullptr;
+    uint64_t fill = 0;
+    bool in_flight = false;
+  };
+
+  absl::Status Flush() {
+    Stage& st = stages_[current_];
+    if (st.fill > dst_->bytes() - offset_) return absl::InvalidArgumentError("upload overruns its buffer");
+    RETURN_IF_ERROR(backend_->Check(
+        cudaMemcpyAsync(static_cast<char*>(dst_->data()) + offset_, st.block.ptr, st.fill,
+                        cudaMemcpyHostToDevice, stream_),
+        "upload"));
+    RETURN_IF_ERROR(backend_->Check(cudaEventRecord(st.done, stream_), "upload"));
+    offset_ += st.fill;
+    st.fill = 0;
+    st.in_flight = true;
+    current_ ^= 1;
+    return absl::OkStatus();
+  }
+
+  CudaBackend* backend_;
+  BufferPtr dst_;
+  cudaStream_t stream_ = nullptr;
+  Stage stages_[2];
+  int current_ = 0;
+  uint64_t offset_ = 0;
+};
+
+std::unique_ptr<Uploader> CudaBackend::NewUploader(BufferPtr dst) {
+  return std::make_unique<CudaUploader>(this, std::move(dst));
+}
+
+// The device worker's context: its stream, cuBLAS handle, timing events and scratch.
+class CudaExecEnv final : public ExecEnv {
+ public:
+  explicit CudaExecEnv(CudaBackend* backend) : backend_(backend) {}
+  ~CudaExecEnv() override {
+    cudaStreamSynchronize(stream_);
+    if (staging_) cudaFreeHost(staging_);
+    for (auto& [a, b] : events_) {
+      cudaEventDestroy(a);
+      cudaEventDestroy(b);
+    }
+    kernels::CublasDestroyHandle(blas_);
+    backend_->set_compute_stream(nullptr);
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  absl::Status Init() {
+    RETURN_IF_ERROR(FromCuda(cudaSetDevice(backend_->device_index()), "cudaSetDevice"));
+    RETURN_IF_ERROR(FromCuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream"));
+    blas_ = kernels::CublasCreateHandle(stream_);
+    if (blas_ == nullptr) return absl::InternalError("cuBLAS: no handle (see the log for why)");
+    backend_->set_compute_stream(stream_);
+    return absl::OkStatus();
+  }
+
+  void* stream() override { return stream_; }
+  void* blas_handle() override { return blas_; }
+
+  absl::StatusOr<BufferPtr> Allocate(uint64_t bytes) override {
+    return backend_->AllocateOn(bytes, stream_);
+  }
+  absl::Status CopyIn(Buffer& dst, const void* src, uint64_t bytes) override {
+    return backend_->Check(cudaMemcpyAsync(dst.data(), src, bytes, cudaMemcpyHostToDevice, stream_),
+                           "inline upload");
+  }
+  absl::Status Fill(Buffer& dst, uint8_t byte, uint64_t bytes) override {
+    return backend_->Check(cudaMemsetAsync(dst.data(), byte, bytes, stream_), "fill");
+  }
+  absl::StatusOr<void*> Scratch(uint64_t bytes) override {
+    ASSIGN_OR_RETURN(BufferPtr b, backend_->AllocateOn(bytes, stream_));
+    scratch_.push_back(b);
+    return b->data();
+  }
+  void BeginRequest() override { staged_ = 0; }
+
+  // Small outputs go through one page-locked area, grown (between requests only) up to
+  // kMaxStagingBytes; larger ones are left to Backend::CopyOut.
+  absl::StatusOr<const void*> StageOut(const Buffer& src, uint64_t bytes) override {
+    constexpr uint64_t kAlign = 256;
+    const uint64_t need = staged_ + (bytes + kAlign - 1) / kAlign * kAlign;
+    if (bytes == 0 || need > kMaxStagingBytes) return nullptr;
+    if (need > staging_bytes_) {
+      if (staged_ > 0) return nullptr;  // copies into the current area are queued
+      uint64_t grown = std::max<uint64_t>(staging_bytes_ * 2, 1 << 20);
+      while (grown < need) grown *= 2;
+      grown = std::min(grown, kMaxStagingBytes);
+      if (staging_) cudaFreeHost(staging_);
+      staging_ = nullptr;
+      staging_bytes_ = 0;
+      if (cudaMallocHost(&staging_, grown) != cudaSuccess) {
+        cudaGetLastError();
+        staging_ = nullptr;
+        return nullptr;
+      }
+      staging_bytes_ = grown;
+    }
+    char* dst = static_cast<char*>(staging_) + staged_;
+    RETURN_IF_ERROR(backend_->Check(cudaMemcpyAsync(dst, src.data(), bytes, cudaMemcpyDeviceToHost, stream_),
+                                    "output download"));
+    staged_ = need;
+    return dst;
+  }
+
+  absl::Status InjectFault() override {
+    // The launch itself succeeds; the fault surfaces at Finish, as a real one would.
+    return FromCuda(kernels::LaunchIllegalAddressForTest(stream_), "injected fault");
+  }
+  void MarkStart(int i) override { cudaEventRecord(Events(i).first, stream_); }
+  void MarkEnd(int i) override { cudaEventRecord(Events(i).second, stream_); }
+  absl::Status WaitNode(int i) override {
+    return backend_->Check(cudaEventSynchronize(Events(i).second), "device");
+  }
+
+  absl::StatusOr<std::vector<double>> Finish(int num_nodes) override {
+    // The request's one wait for the device.
+    cudaError_t err = cudaStreamSynchronize(stream_);
+    if (err == cudaSuccess) err = cudaGetLastError();
+    scratch_.clear();
+    RETURN_IF_ERROR(backend_->Check(err, "device"));
+    std::vector<double> seconds(num_nodes, 0.0);
+    for (int i = 0; i < num_nodes && i < static_cast<int>(events_.size()); ++i) {
+      float ms = 0.f;
+      if (cudaEventElapsedTime(&ms, events_[i].first, events_[i].second) == cudaSuccess) {
+        seconds[i] = ms * 1e-3;
+      } else {
+        // A pair this request did not record (a node it abandoned before marking): no time,
+        // and the error must not stay behind to fail the next launch's error check.
+        (void)cudaGetLastError();
+      }
+    }
+    return seconds;
+  }
+
+ private:
+  std::pair<cudaEvent_t, cudaEvent_t>& Events(int i) {
+    while (static_cast<int>(events_.size()) <= i) {
+      cudaEvent_t a, b;
+      cudaEventCreate(&a);
+      cudaEventCreate(&b);
+      events_.emplace_back(a, b);
+    }
+    return events_[i];
+  }
+
+  static constexpr uint64_t kMaxStagingBytes = 16 << 20;
+
+  CudaBackend* backend_;
+  cudaStream_t stream_ = nullptr;
+  void* blas_ = nullptr;  // a cublasHandle_t
+  void* staging_ = nullptr;  // page-locked, for StageOut
+  uint64_t staging_bytes_ = 0;
+  uint64_t staged_ = 0;      // bytes of it this request uses
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events_;
+  std::vector<BufferPtr> scratch_;
+};
+
+absl::StatusOr<std::unique_ptr<ExecEnv>> CudaBackend::NewExecEnv() {
+  auto env = std::make_unique<CudaExecEnv>(this);
+  RETURN_IF_ERROR(env->Init());
+  return env;
+}
+
+MemoryStats CudaBackend::Memory() const { return {budget_.used(), budget_.budget(), total_}; }
+
+}  // namespace
+
+absl::Status ProbeCuda(int device) {
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return absl::UnavailableError(absl::StrCat("cudaGetDeviceCount: ", cudaGetErrorName(err), " (",
+                                               static_cast<int>(err), "): ", cudaGetErrorString(err)));
+  }
+  if (count == 0) return absl::UnavailableError("no CUDA device");
+  if (device < 0 || device >= count) {
+    return absl::InvalidArgumentError(absl::StrCat("cuda:", device, " does not exist; this machine has ",
+                                                   count, " device(s)"));
+  }
+  return FromCuda(cudaSetDevice(device), "cudaSetDevice");
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(int device, uint64_t budget_bytes) {
+  ASSIGN_OR_RETURN(auto b, CudaBackend::Create(device, budget_bytes));
+  return std::unique_ptr<Backend>(std::move(b));
+}
+
+}  // namespace opserve

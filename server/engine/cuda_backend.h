@@ -1,0 +1,20 @@
+// The CUDA backend: device memory from a stream-ordered caching pool under a byte budget,
+// pinned staging for uploads, one stream and cuBLAS handle per device worker, CUDA-event timing.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "server/engine/backend.h"
+
+namespace opserve {
+
+// Whether a usable GPU is present. On failure the status says why (no driver, no device, ...);
+// a machine with the toolkit but no driver answers cudaErrorInsufficientDriver (35).
+absl::Status ProbeCuda(int device);
+
+// `budget_bytes` 0 means 90% of the device's free memory at start.
+absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(int device, uint64_t budget_bytes);
+
+}  // namespace opserve

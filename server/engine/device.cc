@@ -1,0 +1,13 @@
+#include "server/engine/device.h"
+
+namespace opserve {
+
+absl::StatusOr<std::unique_ptr<Device>> Device::Start(std::unique_ptr<Backend> backend,
+                                                      int max_queue,
+                                                      std::chrono::microseconds poll) {
+  auto worker = DeviceWorker::Start(*backend, max_queue, poll);
+  if (!worker.ok()) return worker.status();
+  return std::unique_ptr<Device>(new Device(std::move(backend), *std::move(worker)));
+}
+
+}  // namespace opserve

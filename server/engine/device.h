@@ -1,0 +1,40 @@
+// One device as the engine uses it: its backend (memory through a budget, copies) and its
+// worker, a thread that owns the device's execution context (stream, cuBLAS handle, scratch)
+// and runs jobs in order. More devices, or more workers (lanes) per device, are more of these
+// objects or more workers in this one; nothing above the engine holds a worker directly.
+#pragma once
+
+#include <chrono>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "server/engine/backend.h"
+#include "server/engine/device_worker.h"
+
+namespace opserve {
+
+class Device {
+ public:
+  // Starts the worker (see DeviceWorker::Start for `max_queue` and `poll`).
+  static absl::StatusOr<std::unique_ptr<Device>> Start(
+      std::unique_ptr<Backend> backend, int max_queue,
+      std::chrono::microseconds poll = std::chrono::microseconds(2000));
+
+  Backend& backend() { return *backend_; }
+  const Backend& backend() const { return *backend_; }
+  // Queues a job on the worker: RESOURCE_EXHAUSTED when the queue is full, UNAVAILABLE once
+  // Shutdown began.
+  absl::Status Submit(DeviceWorker::Job job) { return worker_->Submit(std::move(job)); }
+  int queue_depth() const { return worker_->depth(); }
+  // Runs the jobs already queued, then stops the worker. The backend lives on.
+  void Shutdown() { worker_->Shutdown(); }
+
+ private:
+  Device(std::unique_ptr<Backend> backend, std::unique_ptr<DeviceWorker> worker)
+      : backend_(std::move(backend)), worker_(std::move(worker)) {}
+
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<DeviceWorker> worker_;  // after backend_: stopped before it goes
+};
+
+}  // namespace opserve

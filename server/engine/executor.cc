@@ -1,0 +1,189 @@
+#include "server/engine/executor.h"
+
+#include <chrono>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace opserve {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double MicrosSince(Clock::time_point t) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - t).count();
+}
+
+bool HasEmptyInput(const PlanNode& n) {
+  for (const TensorMeta& m : n.input_meta) {
+    if (m.NumElements() == 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::Status ExecutePlan(const Plan& plan, Backend& backend, ExecEnv& env, TensorStore& store,
+                         Metrics* metrics, const ExecuteOptions& options, ExecuteResult* result) {
+  env.BeginRequest();
+  // Inputs: upload each inline tensor that a node reads, once.
+  auto t_input = Clock::now();
+  std::vector<BufferPtr> inline_buffers(plan.inlines.size());
+  for (const PlanNode& n : plan.nodes) {
+    for (const PlanInput& in : n.inputs) {
+      if (in.source != PlanInput::Source::kInline || inline_buffers[in.index]) continue;
+      const PlanInline& pi = plan.inlines[in.index];
+      auto buffer = env.Allocate(pi.meta.Bytes());
+      if (!buffer.ok()) {
+        return absl::Status(buffer.status().code(), absl::StrCat("inline tensor ", Quote(pi.name),
+                                                                  ": ", buffer.status().message()));
+      }
+      RETURN_IF_ERROR(env.CopyIn(**buffer, pi.data->data(), pi.data->size()));
+      inline_buffers[in.index] = *std::move(buffer);
+    }
+  }
+  result->input_us = MicrosSince(t_input);
+
+  // Compute: every node in order; an intermediate's buffer goes back after its last reader.
+  auto t_compute = Clock::now();
+  const int num_nodes = static_cast<int>(plan.nodes.size());
+  std::vector<BufferPtr> outputs(num_nodes);
+  std::vector<bool> skipped(num_nodes, false);  // empty inputs: no kernel ran
+  std::vector<const void*> ptrs;
+  for (int i = 0; i < num_nodes; ++i) {
+    const PlanNode& n = plan.nodes[i];
+    auto at = [&](const absl::Status& s) {
+      return absl::Status(s.code(), absl::StrCat("node '", n.id, "' (", std::string(n.op->name), "/",
+                                                 std::string(n.algo->name), "): ", s.message()));
+    };
+    // Keep at most the running node and this one on the device: a request abandoned below
+    // (deadline, cancellation) then waits for no more than that before its buffers go back.
+    if (i >= 2) {
+      if (auto s = env.WaitNode(i - 2); !s.ok()) {
+        (void)env.Finish(i);
+        return at(s);
+      }
+    }
+    if (options.check_alive) {
+      if (auto s = options.check_alive(); !s.ok()) {
+        (void)env.Finish(i);  // drain the device before buffers go back
+        return at(s);
+      }
+    }
+    auto out = env.Allocate(n.output.Bytes());
+    if (!out.ok()) return at(out.status());
+    outputs[i] = *std::move(out);
+    ptrs.clear();
+    for (const PlanInput& in : n.inputs) {
+      switch (in.source) {
+        case PlanInput::Source::kStored: ptrs.push_back(in.stored->buffer->data()); break;
+        case PlanInput::Source::kInline: ptrs.push_back(inline_buffers[in.index]->data()); break;
+        case PlanInput::Source::kNode: ptrs.push_back(outputs[in.index]->data()); break;
+      }
+    }
+    // Every node is marked, a skipped one too: Finish and WaitNode read each node's marks.
+    absl::Status s;
+    env.MarkStart(i);
+    if (HasEmptyInput(n)) {
+      // No kernel runs on zero elements: the output (zeros, or NaNs for a mean) is filled, and the
+      // node reports the algorithm that would have run with a kernel time of 0.
+      skipped[i] = true;
+      s = env.Fill(*outputs[i], n.op->empty_fill == EmptyFill::kNaN ? 0xFF : 0,
+                        n.output.Bytes());
+    } else {
+      KernelArgs args{ptrs, n.input_meta, outputs[i]->data(), n.output, n.attrs, env};
+      s = n.algo->run(args);
+#if OPSERVE_TEST_HOOKS
+      if (!options.fail_algorithm.empty() &&
+          options.fail_algorithm ==
+              absl::StrCat(std::string(n.op->name), "/", std::string(n.algo->name))) {
+        s = env.InjectFault();
+      }
+#endif
+    }
+    env.MarkEnd(i);
+    if (!s.ok()) {
+      (void)env.Finish(i + 1);  // drain the device before buffers go back
+      return at(s);
+    }
+    for (const PlanInput& in : n.inputs) {
+      if (in.source != PlanInput::Source::kNode) continue;
+      const PlanNode& src = plan.nodes[in.index];
+      if (src.last_use == i && !src.returned && src.store_as.empty()) outputs[in.index].reset();
+    }
+  }
+  // A request abandoned during its last node stages and stores nothing.
+  if (options.check_alive) {
+    if (auto s = options.check_alive(); !s.ok()) {
+      (void)env.Finish(num_nodes);
+      return s;
+    }
+  }
+  // Returned outputs go to host memory in stream order: the one wait below covers them.
+  std::vector<const void*> staged(num_nodes, nullptr);
+  for (int i = 0; i < num_nodes; ++i) {
+    if (!plan.nodes[i].returned) continue;
+    auto p = env.StageOut(*outputs[i], plan.nodes[i].output.Bytes());
+    if (!p.ok()) {
+      (void)env.Finish(num_nodes);
+      return p.status();
+    }
+    staged[i] = *p;
+  }
+  auto seconds = env.Finish(num_nodes);
+  if (!seconds.ok()) {
+    // Kernels run asynchronously: a device error surfaces here, after all launches.
+    std::string ids;
+    for (const PlanNode& n : plan.nodes) absl::StrAppend(&ids, ids.empty() ? "'" : ", '", n.id, "'");
+    return absl::Status(seconds.status().code(), absl::StrCat("device error while running node(s) ", ids,
+                                                              ": ", seconds.status().message()));
+  }
+  result->compute_us = MicrosSince(t_compute);
+
+  for (int i = 0; i < num_nodes; ++i) {
+    const PlanNode& n = plan.nodes[i];
+    const double s = skipped[i] ? 0.0 : (*seconds)[i];
+    result->nodes.push_back({n.id, n.op->name, n.algo->name, n.output, s, n.cost});
+    if (metrics != nullptr && !skipped[i]) {
+      metrics->RecordKernel(std::string_view(n.op->name.data(), n.op->name.size()),
+                            std::string_view(n.algo->name.data(), n.algo->name.size()), s,
+                            n.cost.bytes, n.cost.flops);
+    }
+  }
+
+  // Outputs: returned inline, and kept under their names (all or none).
+  auto t_output = Clock::now();
+  std::vector<StoredTensorPtr> to_store;
+  std::vector<bool> overwrite;
+  for (int i = 0; i < num_nodes; ++i) {
+    const PlanNode& n = plan.nodes[i];
+    if (n.returned) {
+      ReturnedTensor& out = result->outputs.emplace_back();
+      out.node = n.id;
+      out.meta = n.output;
+      std::string* data = &out.data;
+      data->resize(n.output.Bytes());
+      if (staged[i] != nullptr) {
+        if (!data->empty()) std::memcpy(data->data(), staged[i], data->size());
+      } else {
+        RETURN_IF_ERROR(backend.CopyOut(*outputs[i], 0, data->data(), data->size()));
+      }
+    }
+    for (const PlanNode::Store& st : n.store_as) {
+      to_store.push_back(std::make_shared<StoredTensor>(StoredTensor{st.name, n.output, outputs[i]}));
+      overwrite.push_back(st.overwrite);
+    }
+  }
+  if (!to_store.empty()) {
+    // The liveness check runs under the store's lock: a request that died after its last node
+    // (its deadline passed while the device finished, or the client cancelled) stores nothing.
+    RETURN_IF_ERROR(store.InsertAll(to_store, overwrite, plan.tenant, options.check_alive));
+    result->stored = std::move(to_store);
+  }
+  result->output_us = MicrosSince(t_output);
+  result->device = backend.device();
+  return absl::OkStatus();
+}
+
+}  // namespace opserve

@@ -1,0 +1,83 @@
+// An Execute request and its result in the engine's own terms: no protobuf. The RPC layer
+// converts to and from these (server/rpc/convert.h); plan.h checks a Graph and turns it into a
+// Plan, executor.h runs the Plan and fills an ExecuteResult.
+//
+// A Graph views the request it came from (names, shapes and tensor bytes are not copied): the
+// request must outlive the Graph and the Plan built from it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "server/engine/tensor_store.h"
+#include "server/ops/op.h"
+
+namespace opserve {
+
+struct GraphInput {
+  enum class Source { kNone, kStored, kInline, kNode };
+  Source source = Source::kNone;
+  absl::string_view name;  // the stored tensor's name, the inline tensor's name or the node id
+};
+
+struct GraphNode {
+  absl::string_view id;
+  absl::string_view op;
+  absl::string_view algorithm;  // "" or "auto": the op's choice
+  // Attributes as sent; nullopt for one that carries no value.
+  std::vector<std::pair<absl::string_view, std::optional<AttrValue>>> attrs;
+  std::vector<GraphInput> inputs;
+};
+
+// A tensor sent with the request. The dtype is the wire value, known or not (CheckMeta names an
+// unknown one by its number).
+struct GraphInline {
+  absl::string_view name;
+  int dtype = 0;
+  std::span<const int64_t> shape;
+  const std::string* data = nullptr;
+};
+
+struct GraphOutput {
+  absl::string_view node;
+  bool return_inline = false;
+  absl::string_view store_as;  // "": not stored
+  bool overwrite = false;
+};
+
+struct Graph {
+  std::vector<GraphNode> nodes;
+  std::vector<GraphInline> inlines;
+  std::vector<GraphOutput> outputs;
+};
+
+// What ran, per node, in the order the nodes ran.
+struct NodeReport {
+  std::string id;
+  absl::string_view op;
+  absl::string_view algorithm;  // the row that ran (after any fallback)
+  TensorMeta output;
+  double kernel_seconds = 0;    // 0 for a node whose input is empty (no kernel ran)
+  Cost cost;
+};
+
+struct ReturnedTensor {
+  std::string node;
+  TensorMeta meta;
+  std::string data;
+};
+
+struct ExecuteResult {
+  std::vector<NodeReport> nodes;
+  std::vector<ReturnedTensor> outputs;
+  std::vector<StoredTensorPtr> stored;  // committed to the store, all or none
+  double input_us = 0, compute_us = 0, output_us = 0;
+  std::string device;  // where it ran: "cpu", "cuda:0"
+};
+
+}  // namespace opserve

@@ -1,0 +1,261 @@
+#include "server/engine/plan.h"
+
+#include <map>
+#include <queue>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+
+namespace opserve {
+namespace {
+
+// Ids come back in every NodeResult and error message: keep them short.
+constexpr size_t kMaxNodeIdBytes = 256;
+
+
+// Prefixes a status message with the node it is about, keeping the code.
+absl::Status AtNode(const absl::Status& s, absl::string_view id, absl::string_view op) {
+  return absl::Status(s.code(), absl::StrCat("node ", Quote(id), " (", op, "): ", s.message()));
+}
+
+absl::StatusOr<AttrMap> CheckAttrs(const GraphNode& node, const OpSpec& op) {
+  AttrMap attrs;
+  for (const auto& [key, value] : node.attrs) {
+    bool known = false;
+    for (absl::string_view a : op.attrs) known |= (a == key);
+    if (!known) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown attribute ", Quote(key), "; ", op.name, " accepts ",
+          op.attrs.empty() ? "none" : absl::StrJoin(op.attrs, ", ")));
+    }
+    if (!value.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat("attribute ", Quote(key), " has no value"));
+    }
+    attrs[std::string(key)] = *value;
+  }
+  return attrs;
+}
+
+}  // namespace
+
+uint64_t ResponseOverheadBytes(int num_nodes, size_t num_returned) {
+  // Generous per-item bounds on the serialized framing: a NodeResult holds an id, op and
+  // algorithm name (each at most a few hundred bytes in practice), a shape and 6 numbers; with
+  // the TensorInfo of an output it stores (a name of at most 256 bytes, a shape, the device) it
+  // stays under 1024. The bound is checked here, before any device work, and only here.
+  return 4096 + 1024 * static_cast<uint64_t>(num_nodes) + 512 * static_cast<uint64_t>(num_returned);
+}
+
+absl::StatusOr<TensorMeta> CheckedMeta(int dtype, std::span<const int64_t> shape,
+                                       uint64_t max_bytes, absl::string_view what) {
+  TensorMeta meta;
+  // Kept as sent, known or not: CheckMeta refuses an unknown value by its number.
+  meta.dtype = static_cast<DType>(dtype);
+  if (shape.size() > kMaxRank) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": rank must be 0..", kMaxRank, ", got ", shape.size()));
+  }
+  meta.shape.assign(shape.begin(), shape.end());
+  RETURN_IF_ERROR(CheckMeta(meta, max_bytes, what));
+  return meta;
+}
+
+absl::StatusOr<Plan> BuildPlan(const Graph& graph, const Backend& backend,
+                               const TensorStore& store, const Limits& limits,
+                               const std::string& tenant) {
+  const int num_nodes = static_cast<int>(graph.nodes.size());
+  if (num_nodes == 0) return absl::InvalidArgumentError("the graph has no nodes");
+  if (num_nodes > limits.max_graph_nodes) {
+    return absl::ResourceExhaustedError(absl::StrCat("the graph has ", num_nodes,
+                                                     " nodes, over the limit of ",
+                                                     limits.max_graph_nodes, " (--max_graph_nodes)"));
+  }
+
+  // Inline tensors: checked once here, whether or not a node reads them.
+  Plan plan;
+  plan.tenant = tenant;
+  std::map<std::string, int, std::less<>> inline_index;
+  for (const GraphInline& t : graph.inlines) {
+    const std::string name(t.name);
+    const std::string what = absl::StrCat("inline tensor ", Quote(name));
+    RETURN_IF_ERROR(CheckTensorName(name, what));
+    ASSIGN_OR_RETURN(TensorMeta meta, CheckedMeta(t.dtype, t.shape, limits.max_tensor_bytes, what));
+    if (t.data->size() != meta.Bytes()) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": data has ", t.data->size(),
+                                                     " bytes, expected ", meta.Bytes(), " for ",
+                                                     meta.DebugString()));
+    }
+    inline_index[name] = static_cast<int>(plan.inlines.size());
+    plan.inlines.push_back({name, std::move(meta), t.data});
+  }
+
+  // Node ids, then the edges between nodes.
+  std::map<absl::string_view, int> id_index;
+  for (int i = 0; i < num_nodes; ++i) {
+    const absl::string_view id = graph.nodes[i].id;
+    if (id.empty()) return absl::InvalidArgumentError(absl::StrCat("node ", i, " has an empty id"));
+    if (id.size() > kMaxNodeIdBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("node ", i, " has an id of ", id.size(),
+                                                     " bytes; ids need at most ", kMaxNodeIdBytes));
+    }
+    if (!id_index.emplace(id, i).second) {
+      return absl::InvalidArgumentError(absl::StrCat("duplicate node id ", Quote(id)));
+    }
+  }
+  std::vector<std::vector<int>> consumers(num_nodes);
+  std::vector<int> pending(num_nodes, 0);
+  for (int i = 0; i < num_nodes; ++i) {
+    const GraphNode& node = graph.nodes[i];
+    const OpSpec* op = FindOp(node.op);
+    if (op == nullptr) {
+      std::vector<absl::string_view> names;
+      for (const OpSpec& o : Ops()) names.push_back(o.name);
+      return absl::InvalidArgumentError(absl::StrCat("node ", Quote(node.id), ": unknown op ",
+                                                     Quote(node.op), "; ops: ",
+                                                     absl::StrJoin(names, ", ")));
+    }
+    const int num_inputs = static_cast<int>(node.inputs.size());
+    if (num_inputs != op->arity) {
+      return absl::InvalidArgumentError(absl::StrCat("node ", Quote(node.id), " (", op->name,
+                                                     "): expected ", op->arity, " input(s), got ",
+                                                     num_inputs));
+    }
+    for (int j = 0; j < num_inputs; ++j) {
+      if (node.inputs[j].source != GraphInput::Source::kNode) continue;
+      auto it = id_index.find(node.inputs[j].name);
+      if (it == id_index.end()) {
+        return absl::InvalidArgumentError(absl::StrCat("node ", Quote(node.id), " input ", j,
+                                                       ": refers to node ",
+                                                       Quote(node.inputs[j].name),
+                                                       ", which is not in the graph"));
+      }
+      consumers[it->second].push_back(i);
+      ++pending[i];
+    }
+  }
+
+  // Kahn's algorithm: the order nodes run in; whatever is left over sits on a cycle.
+  std::vector<int> order;
+  std::queue<int> ready;
+  for (int i = 0; i < num_nodes; ++i) {
+    if (pending[i] == 0) ready.push(i);
+  }
+  while (!ready.empty()) {
+    const int i = ready.front();
+    ready.pop();
+    order.push_back(i);
+    for (int c : consumers[i]) {
+      if (--pending[c] == 0) ready.push(c);
+    }
+  }
+  if (static_cast<int>(order.size()) != num_nodes) {
+    std::vector<std::string> cyclic;
+    for (int i = 0; i < num_nodes; ++i) {
+      if (pending[i] > 0) cyclic.push_back(Quote(graph.nodes[i].id));
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("the graph has a cycle through nodes ", absl::StrJoin(cyclic, ", ")));
+  }
+
+  // Nodes in order: resolve inputs, infer shapes, choose algorithms.
+  std::vector<int> position(num_nodes);
+  for (int p = 0; p < num_nodes; ++p) position[order[p]] = p;
+  plan.nodes.resize(num_nodes);
+  for (int p = 0; p < num_nodes; ++p) {
+    const GraphNode& node = graph.nodes[order[p]];
+    PlanNode& n = plan.nodes[p];
+    n.id = std::string(node.id);
+    n.op = FindOp(node.op);
+    auto at = [&](const absl::Status& s) { return AtNode(s, n.id, n.op->name); };
+    auto attrs = CheckAttrs(node, *n.op);
+    if (!attrs.ok()) return at(attrs.status());
+    n.attrs = *std::move(attrs);
+    for (int j = 0; j < static_cast<int>(node.inputs.size()); ++j) {
+      const GraphInput& in = node.inputs[j];
+      PlanInput pi;
+      switch (in.source) {
+        case GraphInput::Source::kStored: {
+          auto t = store.Get(std::string(in.name), tenant);
+          if (!t.ok()) return at(absl::Status(t.status().code(), absl::StrCat("input ", j, ": ", t.status().message())));
+          pi.source = PlanInput::Source::kStored;
+          pi.stored = *t;
+          n.input_meta.push_back((*t)->meta);
+          break;
+        }
+        case GraphInput::Source::kInline: {
+          auto it = inline_index.find(in.name);
+          if (it == inline_index.end()) {
+            return at(absl::InvalidArgumentError(absl::StrCat(
+                "input ", j, ": inline tensor ", Quote(in.name), " is not in the request")));
+          }
+          pi.source = PlanInput::Source::kInline;
+          pi.index = it->second;
+          n.input_meta.push_back(plan.inlines[it->second].meta);
+          break;
+        }
+        case GraphInput::Source::kNode: {
+          const int src = position[id_index.find(in.name)->second];
+          pi.source = PlanInput::Source::kNode;
+          pi.index = src;
+          plan.nodes[src].last_use = p;
+          n.input_meta.push_back(plan.nodes[src].output);
+          break;
+        }
+        case GraphInput::Source::kNone:
+          return at(absl::InvalidArgumentError(
+              absl::StrCat("input ", j, ": names no source (stored, inline_name or node)")));
+      }
+      n.inputs.push_back(std::move(pi));
+    }
+    auto out = n.op->infer(n.input_meta);
+    if (!out.ok()) return at(out.status());
+    n.output = *std::move(out);
+    if (auto s = CheckMeta(n.output, limits.max_tensor_bytes, "output"); !s.ok()) return at(s);
+    auto algo = ResolveAlgorithm(*n.op, n.input_meta, node.algorithm, backend);
+    if (!algo.ok()) return at(algo.status());
+    n.algo = *algo;
+    n.cost = n.op->cost(n.input_meta, n.output);
+  }
+
+  // Outputs: what leaves the request, inline or stored.
+  uint64_t returned_bytes = 0;
+  std::vector<std::string> returned_ids;
+  std::map<std::string, bool, std::less<>> store_names;
+  for (const GraphOutput& o : graph.outputs) {
+    auto it = id_index.find(o.node);
+    if (it == id_index.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("output refers to node ", Quote(o.node), ", which is not in the graph"));
+    }
+    PlanNode& n = plan.nodes[position[it->second]];
+    if (!o.return_inline && o.store_as.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("output of node ", Quote(o.node),
+                                                     " neither returns inline nor stores"));
+    }
+    if (o.return_inline && !n.returned) {
+      n.returned = true;
+      returned_bytes += n.output.Bytes();
+      returned_ids.push_back(Quote(n.id));
+    }
+    if (!o.store_as.empty()) {
+      const std::string name(o.store_as);
+      RETURN_IF_ERROR(CheckTensorName(name, absl::StrCat("output of node ", Quote(o.node))));
+      if (!store_names.emplace(name, true).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("two outputs store under the name ", Quote(name)));
+      }
+      RETURN_IF_ERROR(store.CheckFree(name, o.overwrite, tenant));
+      n.store_as.push_back({name, o.overwrite});
+    }
+  }
+  if (returned_bytes + ResponseOverheadBytes(num_nodes, returned_ids.size()) > limits.max_message_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the outputs of node(s) ", absl::StrJoin(returned_ids, ", "), " total ", returned_bytes,
+        " bytes, which with the response's framing exceeds the limit of ", limits.max_message_bytes,
+        " bytes (--max_message_bytes); store them and use GetTensor"));
+  }
+  return plan;
+}
+
+}  // namespace opserve

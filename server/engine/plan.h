@@ -1,0 +1,73 @@
+// Validation and planning: a Graph (an Execute request, converted by the RPC layer) becomes a
+// Plan, or a status that names the culprit.
+// Everything a request can get wrong is caught here, on the handler's thread, before any device
+// work: unknown ops and attributes, arity, dtypes and shapes, duplicate ids, cycles, dangling
+// references, missing tensors, taken names, algorithms the backend lacks, and limits.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/engine/graph.h"
+#include "server/ops/op.h"
+#include "server/engine/backend.h"
+#include "server/engine/tensor_store.h"
+
+namespace opserve {
+
+struct Limits {
+  uint64_t max_tensor_bytes = 0;   // any one tensor: stored, inline or intermediate
+  int max_graph_nodes = 0;
+  uint64_t max_message_bytes = 0;  // a response must fit one gRPC message
+};
+
+struct PlanInput {
+  enum class Source { kStored, kInline, kNode };
+  Source source;
+  StoredTensorPtr stored;  // kStored: held, so a concurrent delete cannot free it
+  int index = -1;          // kInline: into Plan::inlines; kNode: into Plan::nodes
+};
+
+struct PlanInline {
+  std::string name;
+  TensorMeta meta;
+  const std::string* data;  // the request's bytes (see graph.h)
+};
+
+struct PlanNode {
+  std::string id;
+  const OpSpec* op = nullptr;
+  const AlgoSpec* algo = nullptr;
+  AttrMap attrs;
+  std::vector<PlanInput> inputs;
+  std::vector<TensorMeta> input_meta;
+  TensorMeta output;
+  Cost cost;
+  int last_use = -1;  // the last node (index) reading this output; -1 when none does
+  bool returned = false;
+  struct Store {
+    std::string name;
+    bool overwrite;
+  };
+  std::vector<Store> store_as;
+};
+
+struct Plan {
+  std::vector<PlanNode> nodes;  // in topological order
+  std::vector<PlanInline> inlines;
+  std::string tenant;  // where stored inputs and outputs live (TensorStore)
+};
+
+absl::StatusOr<Plan> BuildPlan(const Graph& graph, const Backend& backend,
+                               const TensorStore& store, const Limits& limits,
+                               const std::string& tenant = "");
+
+// An upper bound on what an ExecuteResponse adds to its returned tensors' bytes.
+uint64_t ResponseOverheadBytes(int num_nodes, size_t num_returned);
+
+// A dtype (its wire value) and shape as sent, checked (rank, then CheckMeta) into a TensorMeta.
+absl::StatusOr<TensorMeta> CheckedMeta(int dtype, std::span<const int64_t> shape,
+                                       uint64_t max_bytes, absl::string_view what);
+
+}  // namespace opserve

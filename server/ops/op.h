@@ -1,0 +1,162 @@
+// The op table: every op the server knows and every algorithm of every backend. Each op lives in
+// one file of server/ops/ (sum.cc, row_reduce.cc, transpose.cc, matmul.cc) that holds all of it:
+// spec, shape inference, cost, CPU reference, algorithm rows, `auto` chooser and test model.
+// registry.cc lists those files' entries. Validation, ListOps, the engine, the bench and every
+// test suite read the table through the functions at the bottom of this header.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "server/ops/tensor.h"
+
+namespace opserve {
+
+using AttrValue = std::variant<int64_t, double, std::string, bool>;
+using AttrMap = std::map<std::string, AttrValue, std::less<>>;
+
+// What a kernel may ask of the device it runs on. The engine's ExecEnv implements it.
+class KernelEnv {
+ public:
+  virtual ~KernelEnv() = default;
+  virtual void* stream() { return nullptr; }       // cudaStream_t on CUDA
+  virtual void* blas_handle() { return nullptr; }  // cublasHandle_t on CUDA
+  // Device memory that lives until the request's device work is done (CUB's temp storage).
+  virtual absl::StatusOr<void*> Scratch(uint64_t bytes) = 0;
+};
+
+// What a kernel gets: pointers into backend memory, the metadata, and the device it runs on.
+struct KernelArgs {
+  std::span<const void* const> inputs;
+  std::span<const TensorMeta> input_meta;
+  void* output;
+  const TensorMeta& output_meta;
+  const AttrMap& attrs;
+  KernelEnv& env;
+};
+using KernelFn = absl::Status (*)(const KernelArgs&);
+
+// What algorithms a device can run: its backend's name and, on CUDA, its architecture. The
+// engine's Backend implements it.
+class DeviceProperties {
+ public:
+  virtual ~DeviceProperties() = default;
+  virtual std::string name() const = 0;                 // "cpu" or "cuda": a row's backend
+  virtual int compute_capability() const { return 0; }  // 90 for sm_90; 0 on the CPU
+  virtual int sm_count() const { return 0; }             // multiprocessors; 0 on the CPU
+};
+
+// The minimum an op must move and compute: each input read once, the output written once.
+struct Cost {
+  uint64_t bytes = 0;
+  uint64_t flops = 0;
+};
+
+// What an op's output holds when an input has no elements: no kernel runs then, and the output
+// (which may still have elements, e.g. row_sum of [R, 0] or matmul of [M, 0] x [0, N]) is filled.
+enum class EmptyFill {
+  kZeros,  // every byte 0: the sum of nothing
+  kNaN,    // every byte 0xFF, a float32 NaN: the mean of nothing (numpy's answer)
+};
+
+// How the test suites check a floating-point result of the op against the CPU reference.
+enum class ErrorScale {
+  kReduction,      // each output reduces a contiguous run of inputs: |y - r| / sum |x| of the run
+  kMean,           // as kReduction, over the mean of |x|
+  kComponentwise,  // matmul: |Y - R| / (|A| |B|) per element, normwise on large outputs
+  kNormwise,       // ||Y - R|| / ||R||
+};
+
+// The op's test model: the suites read it, so a new op brings its own cases and no test file
+// keeps an op list.
+struct TestModel {
+  // Edge cases: each case is the shapes of the op's inputs (1, one past a tile, primes, large).
+  std::vector<std::vector<std::vector<int64_t>>> edge_shapes;
+  // Small, typical shapes for service-level tests (soak, e2e): quick on the CPU backend.
+  std::vector<std::vector<std::vector<int64_t>>> small_shapes;
+  ErrorScale error_scale = ErrorScale::kNormwise;
+  // The relative-error bound of `algorithm` on `dtype` inputs; integer outputs must be exact.
+  double (*tolerance)(absl::string_view algorithm, DType dtype) = nullptr;
+};
+
+struct OpSpec {
+  absl::string_view name;
+  absl::string_view description;
+  int arity = 1;
+  std::span<const DType> dtypes;              // input dtypes the op accepts on some backend
+  std::span<const absl::string_view> attrs;   // attribute names the op accepts
+  // Checks the inputs' dtypes and shapes and returns the output's. Errors are INVALID_ARGUMENT
+  // and name the input and what was expected against what was received.
+  absl::StatusOr<TensorMeta> (*infer)(std::span<const TensorMeta> inputs) = nullptr;
+  Cost (*cost)(std::span<const TensorMeta> inputs, const TensorMeta& output) = nullptr;
+  EmptyFill empty_fill = EmptyFill::kZeros;
+  TestModel test;
+};
+
+struct AlgoSpec {
+  absl::string_view op;
+  absl::string_view name;
+  absl::string_view backend;   // "cpu" or "cuda"
+  std::vector<DType> dtypes;   // input dtypes this algorithm runs
+  KernelFn run = nullptr;
+  bool deterministic = true;
+  bool is_default = false;     // what "auto" runs when the op has no chooser
+  int min_compute_capability = 0;  // 0: any; 90: Hopper-only (bulk tensor copies, wgmma)
+  // 0: no upper bound. Architecture-specific code (sm_90a's wgmma) runs on its own
+  // architecture only, so such a row is not offered on a newer device at all.
+  int max_compute_capability = 0;
+  absl::string_view description;
+  // Shapes the kernel cannot take (e.g. rows TMA cannot describe): when `supports` says no, the
+  // node runs `fallback`, another row of the same op, and reports it as the algorithm that ran.
+  // nullptr: every shape of the accepted dtypes.
+  bool (*supports)(std::span<const TensorMeta> inputs) = nullptr;
+  absl::string_view fallback = {};
+};
+
+// Picks the algorithm name for "auto" from the inputs (e.g. row_mean by shape).
+using AutoChooser = absl::string_view (*)(std::span<const TensorMeta> inputs,
+                                         const DeviceProperties& device);
+struct AutoRule {
+  absl::string_view op;
+  absl::string_view backend;
+  AutoChooser choose;
+};
+
+// Everything one op file contributes to the table.
+struct OpEntry {
+  OpSpec spec;
+  std::vector<AlgoSpec> algorithms;
+  std::vector<AutoRule> auto_rules;
+};
+
+std::span<const OpSpec> Ops();
+std::span<const AlgoSpec> Algorithms();
+std::span<const AutoRule> AutoRules();
+
+const OpSpec* FindOp(absl::string_view name);
+// The CPU backend's row of `op`: the reference every other algorithm is tested against.
+const AlgoSpec* CpuReference(absl::string_view op);
+// The input dtypes `device` runs `op` for: the union of its algorithms' dtypes, in DType order.
+std::vector<DType> DTypesFor(absl::string_view op, const DeviceProperties& device);
+// The algorithms of `op` that `device` can run.
+std::vector<const AlgoSpec*> AlgorithmsFor(absl::string_view op, const DeviceProperties& device);
+const AlgoSpec* FindAlgorithm(absl::string_view op, absl::string_view name,
+                              const DeviceProperties& device);
+
+// The algorithm a node of `op` runs on `device`: the one `requested`, or for "" / "auto" the
+// op's AutoRule, else its default; then, where that row does not support the inputs' shape, its
+// fallback row. UNIMPLEMENTED (listing what the device has) when the device lacks it or it
+// does not run the inputs' dtype.
+absl::StatusOr<const AlgoSpec*> ResolveAlgorithm(const OpSpec& op,
+                                                 std::span<const TensorMeta> inputs,
+                                                 absl::string_view requested,
+                                                 const DeviceProperties& device);
+
+}  // namespace opserve

@@ -1,0 +1,175 @@
+// The op table, put together from the op files, and the lookups over it: the choice of
+// algorithm for a node ("auto" included) is made here and nowhere else.
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "server/ops/op.h"
+
+namespace opserve {
+
+namespace ops {
+// One per op file. Adding an op adds its file and one line to kOpFiles below.
+OpEntry SumOp();
+OpEntry RowSumOp();
+OpEntry RowMeanOp();
+OpEntry TransposeOp();
+OpEntry MatmulOp();
+}  // namespace ops
+
+namespace {
+
+constexpr OpEntry (*kOpFiles[])() = {ops::SumOp, ops::RowSumOp, ops::RowMeanOp,
+                                     ops::TransposeOp, ops::MatmulOp};
+
+// Built on first use, not at namespace scope: the test suites list their cases from the table
+// during static initialisation, possibly before another file's globals are constructed.
+struct Table {
+  std::vector<OpSpec> ops;
+  std::vector<AlgoSpec> algorithms;
+  std::vector<AutoRule> auto_rules;
+};
+
+const Table& TheTable() {
+  static const Table* const kTable = [] {
+    auto* t = new Table;
+    for (auto* entry : kOpFiles) {
+      OpEntry e = entry();
+      t->ops.push_back(e.spec);
+      for (AlgoSpec& a : e.algorithms) t->algorithms.push_back(std::move(a));
+      for (const AutoRule& r : e.auto_rules) t->auto_rules.push_back(r);
+    }
+    return t;
+  }();
+  return *kTable;
+}
+
+
+std::string AlgorithmNames(const std::vector<const AlgoSpec*>& algos) {
+  std::vector<absl::string_view> names;
+  for (const AlgoSpec* a : algos) names.push_back(a->name);
+  names.push_back("auto");
+  return absl::StrJoin(names, ", ");
+}
+
+bool Accepts(const AlgoSpec& a, DType d) {
+  for (DType x : a.dtypes) {
+    if (x == d) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::span<const OpSpec> Ops() { return TheTable().ops; }
+std::span<const AlgoSpec> Algorithms() { return TheTable().algorithms; }
+std::span<const AutoRule> AutoRules() { return TheTable().auto_rules; }
+
+const AlgoSpec* CpuReference(absl::string_view op) {
+  for (const AlgoSpec& a : Algorithms()) {
+    if (a.op == op && a.backend == "cpu") return &a;
+  }
+  return nullptr;
+}
+
+const OpSpec* FindOp(absl::string_view name) {
+  for (const OpSpec& op : Ops()) {
+    if (op.name == name) return &op;
+  }
+  return nullptr;
+}
+
+std::vector<DType> DTypesFor(absl::string_view op, const DeviceProperties& device) {
+  std::vector<DType> out;
+  for (DType d : kAllDTypes) {
+    for (const AlgoSpec* a : AlgorithmsFor(op, device)) {
+      if (Accepts(*a, d)) {
+        out.push_back(d);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<const AlgoSpec*> AlgorithmsFor(absl::string_view op, const DeviceProperties& device) {
+  std::vector<const AlgoSpec*> out;
+  for (const AlgoSpec& a : Algorithms()) {
+    const int cc = device.compute_capability();
+    if (a.op == op && a.backend == device.name() && a.min_compute_capability <= cc &&
+        (a.max_compute_capability == 0 || cc <= a.max_compute_capability)) {
+      out.push_back(&a);
+    }
+  }
+  return out;
+}
+
+const AlgoSpec* FindAlgorithm(absl::string_view op, absl::string_view name, const DeviceProperties& device) {
+  for (const AlgoSpec* a : AlgorithmsFor(op, device)) {
+    if (a->name == name) return a;
+  }
+  return nullptr;
+}
+
+namespace {
+
+// The row that runs `a` on these inputs: `a` itself, or the fallback it names for shapes it does
+// not support (followed while rows keep falling back; the table has no cycles, but a bound keeps
+// a wrong row from looping).
+absl::StatusOr<const AlgoSpec*> WithFallback(const AlgoSpec* a, std::span<const TensorMeta> inputs,
+                                             const DeviceProperties& device) {
+  for (int hops = 0; a->supports != nullptr && !a->supports(inputs); ++hops) {
+    const AlgoSpec* next = FindAlgorithm(a->op, a->fallback, device);
+    if (next == nullptr || hops > 4 || !Accepts(*next, inputs[0].dtype)) {
+      return absl::InternalError(absl::StrCat("algorithm ", a->name, " falls back to ",
+                                              Quote(a->fallback), ", which cannot run ",
+                                              inputs[0].DebugString()));
+    }
+    a = next;
+  }
+  return a;
+}
+
+}  // namespace
+
+// Chooses the algorithm a node runs: the one named, or for "auto" the op's chooser or default.
+absl::StatusOr<const AlgoSpec*> ResolveAlgorithm(const OpSpec& op, std::span<const TensorMeta> inputs,
+                                                 absl::string_view requested,
+                                                 const DeviceProperties& device) {
+  const auto algos = AlgorithmsFor(op.name, device);
+  const DType dtype = inputs[0].dtype;
+  if (requested.empty() || requested == "auto") {
+    for (const AutoRule& rule : AutoRules()) {
+      if (rule.op != op.name || rule.backend != device.name()) continue;
+      const AlgoSpec* a = FindAlgorithm(op.name, rule.choose(inputs, device), device);
+      if (a != nullptr && Accepts(*a, dtype)) return WithFallback(a, inputs, device);
+    }
+    for (const AlgoSpec* a : algos) {
+      if (a->is_default && Accepts(*a, dtype)) return WithFallback(a, inputs, device);
+    }
+    for (const AlgoSpec* a : algos) {
+      if (Accepts(*a, dtype)) return WithFallback(a, inputs, device);
+    }
+    return absl::UnimplementedError(absl::StrCat("no algorithm of the ", device.name(),
+                                                 " backend runs ", DTypeName(dtype), " ",
+                                                 op.name));
+  }
+  const AlgoSpec* a = FindAlgorithm(op.name, requested, device);
+  if (a == nullptr) {
+    return absl::UnimplementedError(absl::StrCat("algorithm ", Quote(requested), " is not available on the ",
+                                                 device.name(), " backend; it has: ",
+                                                 AlgorithmNames(algos)));
+  }
+  if (!Accepts(*a, dtype)) {
+    std::vector<const AlgoSpec*> ok;
+    for (const AlgoSpec* x : algos) {
+      if (Accepts(*x, dtype)) ok.push_back(x);
+    }
+    return absl::UnimplementedError(absl::StrCat("algorithm ", Quote(requested), " does not run ",
+                                                 DTypeName(dtype), "; algorithms that do: ",
+                                                 AlgorithmNames(ok)));
+  }
+  return WithFallback(a, inputs, device);
+}
+
+}  // namespace opserve

@@ -1,0 +1,118 @@
+#include "server/rpc/convert.h"
+
+#include <utility>
+
+namespace opserve::convert {
+namespace {
+
+GraphInput InputFromProto(const v1::Input& in) {
+  switch (in.source_case()) {
+    case v1::Input::kStored: return {GraphInput::Source::kStored, in.stored()};
+    case v1::Input::kInlineName: return {GraphInput::Source::kInline, in.inline_name()};
+    case v1::Input::kNode: return {GraphInput::Source::kNode, in.node()};
+    default: return {GraphInput::Source::kNone, {}};
+  }
+}
+
+std::optional<AttrValue> AttrFromProto(const v1::AttrValue& value) {
+  switch (value.value_case()) {
+    case v1::AttrValue::kI: return value.i();
+    case v1::AttrValue::kF: return value.f();
+    case v1::AttrValue::kS: return value.s();
+    case v1::AttrValue::kB: return value.b();
+    default: return std::nullopt;
+  }
+}
+
+template <typename Message>
+void ShapeToProto(const TensorMeta& meta, Message* m) {
+  m->set_dtype(static_cast<v1::DType>(meta.dtype));
+  for (int64_t d : meta.shape) m->add_shape(d);
+}
+
+}  // namespace
+
+Graph GraphFromProto(const v1::ExecuteRequest& request) {
+  Graph g;
+  g.nodes.reserve(request.nodes_size());
+  for (const v1::Node& node : request.nodes()) {
+    GraphNode& n = g.nodes.emplace_back();
+    n.id = node.id();
+    n.op = node.op();
+    n.algorithm = node.algorithm();
+    for (const auto& [key, value] : node.attrs()) n.attrs.emplace_back(key, AttrFromProto(value));
+    for (const v1::Input& in : node.inputs()) n.inputs.push_back(InputFromProto(in));
+  }
+  for (const auto& [name, t] : request.inline_tensors()) {
+    g.inlines.push_back({name, t.dtype(), std::span<const int64_t>(t.shape().data(),
+                                                                   t.shape().size()),
+                         &t.data()});
+  }
+  for (const v1::OutputSpec& o : request.outputs()) {
+    g.outputs.push_back({o.node(), o.return_inline(), o.store_as(), o.overwrite()});
+  }
+  return g;
+}
+
+void ResultToProto(ExecuteResult result, v1::ExecuteResponse* response) {
+  for (const NodeReport& n : result.nodes) {
+    const double s = n.kernel_seconds;
+    v1::NodeResult* r = response->add_nodes();
+    r->set_id(n.id);
+    r->set_op(std::string(n.op));
+    r->set_algorithm(std::string(n.algorithm));
+    ShapeToProto(n.output, r);
+    r->set_kernel_us(s * 1e6);
+    r->set_bytes(n.cost.bytes);
+    r->set_flops(n.cost.flops);
+    r->set_gbps(s > 0 ? n.cost.bytes / s / 1e9 : 0);
+    r->set_gflops(s > 0 ? n.cost.flops / s / 1e9 : 0);
+  }
+  for (ReturnedTensor& out : result.outputs) {
+    v1::NamedTensor* nt = response->add_outputs();
+    nt->set_node(std::move(out.node));
+    ShapeToProto(out.meta, nt->mutable_tensor());
+    nt->mutable_tensor()->set_data(std::move(out.data));
+  }
+  for (const StoredTensorPtr& t : result.stored) {
+    TensorInfoToProto(*t, result.device, response->add_stored());
+  }
+  v1::RequestTiming* timing = response->mutable_timing();
+  timing->set_input_us(result.input_us);
+  timing->set_compute_us(result.compute_us);
+  timing->set_output_us(result.output_us);
+  response->set_device(std::move(result.device));
+}
+
+void TensorInfoToProto(const StoredTensor& tensor, const std::string& device,
+                       v1::TensorInfo* info) {
+  info->set_name(tensor.name);
+  ShapeToProto(tensor.meta, info);
+  info->set_bytes(tensor.meta.Bytes());
+  info->set_device(device);
+}
+
+void OpsToProto(const Backend& backend, v1::ListOpsResponse* response) {
+  response->set_backend(backend.name());
+  response->set_device(backend.description());
+  for (const OpSpec& op : Ops()) {
+    const auto algos = AlgorithmsFor(op.name, backend);
+    if (algos.empty()) continue;
+    v1::OpInfo* info = response->add_ops();
+    info->set_name(std::string(op.name));
+    info->set_description(std::string(op.description));
+    // Exactly what this backend runs: the union of its algorithms' dtypes.
+    for (DType d : DTypesFor(op.name, backend)) info->add_dtypes(static_cast<v1::DType>(d));
+    for (const AlgoSpec* a : algos) {
+      v1::AlgorithmInfo* ai = info->add_algorithms();
+      ai->set_name(std::string(a->name));
+      for (DType d : a->dtypes) ai->add_dtypes(static_cast<v1::DType>(d));
+      ai->set_deterministic(a->deterministic);
+      ai->set_is_default(a->is_default);
+      ai->set_description(std::string(a->description));
+      if (a->is_default) info->set_default_algorithm(std::string(a->name));
+    }
+  }
+}
+
+}  // namespace opserve::convert

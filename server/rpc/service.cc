@@ -1,0 +1,192 @@
+#include "server/rpc/service.h"
+
+#include "absl/strings/str_cat.h"
+#include "server/engine/executor.h"
+#include "server/rpc/convert.h"
+#include "server/rpc/grpc_status.h"
+
+namespace opserve {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double MicrosSince(Clock::time_point t) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - t).count();
+}
+
+constexpr std::chrono::milliseconds kDeadlineSlack{20};
+
+// Execute's reactor: a unary one that counts itself among the active calls until gRPC is done
+// with it (the response sent), so that the drain on SIGTERM waits for it.
+class ExecuteReactor final : public grpc::ServerUnaryReactor {
+ public:
+  explicit ExecuteReactor(OpServeService* svc) : svc_(svc) { svc_->CallStarted(); }
+  void OnDone() override {
+    svc_->CallDone();
+    delete this;
+  }
+
+ private:
+  OpServeService* svc_;
+};
+
+}  // namespace
+
+absl::Status CheckCallAlive(grpc::CallbackServerContext* ctx) {
+  // The deadline first: gRPC also marks an expired call cancelled.
+  const auto now = std::chrono::system_clock::now();
+  if (now > ctx->deadline()) return absl::DeadlineExceededError("the request's deadline passed");
+  if (ctx->IsCancelled()) {
+    // gRPC's deadline timer can cancel the call a moment before this clock reaches the deadline
+    // (seen in the ASan CI run: an expired request counted as CANCELLED). A cancellation that
+    // close to the deadline is the deadline.
+    if (now + kDeadlineSlack >= ctx->deadline()) {
+      return absl::DeadlineExceededError("the request's deadline passed");
+    }
+    return absl::CancelledError("the client cancelled the request");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> OpServeService::Authenticate(grpc::CallbackServerContext* ctx) const {
+  if (options_.tokens.empty()) return std::string();
+  const auto& md = ctx->client_metadata();
+  auto it = md.find("authorization");
+  if (it == md.end()) {
+    return absl::UnauthenticatedError("missing 'authorization: Bearer <token>' metadata");
+  }
+  const absl::string_view value(it->second.data(), it->second.size());
+  constexpr absl::string_view kBearer = "Bearer ";
+  if (value.substr(0, kBearer.size()) != kBearer) {
+    return absl::UnauthenticatedError("the authorization metadata is not 'Bearer <token>'");
+  }
+  auto tenant = options_.tokens.find(std::string(value.substr(kBearer.size())));
+  if (tenant == options_.tokens.end()) return absl::UnauthenticatedError("unknown bearer token");
+  return tenant->second;
+}
+
+void OpServeService::RecordRpc(absl::string_view rpc, const absl::Status& s,
+                               Clock::time_point start) {
+  if (metrics_ == nullptr) return;
+  metrics_->RecordRequest(std::string_view(rpc.data(), rpc.size()), s.code(), MicrosSince(start) * 1e-6);
+}
+
+void OpServeService::UpdateStoreGauges() {
+  if (metrics_ == nullptr) return;
+  const MemoryStats m = backend().Memory();
+  metrics_->SetMemory(m.used, m.budget, m.total);
+  metrics_->SetTensors(static_cast<int64_t>(store_.size()));
+}
+
+grpc::ServerUnaryReactor* OpServeService::DeleteTensor(grpc::CallbackServerContext* ctx,
+                                                       const v1::DeleteTensorRequest* req,
+                                                       v1::DeleteTensorResponse* resp) {
+  const auto start = Clock::now();
+  auto* reactor = ctx->DefaultReactor();
+  absl::Status s;
+  {  // our reference to the erased tensor goes before the gauges read the budget
+    auto tenant = Authenticate(ctx);
+    auto erased = tenant.ok() ? store_.Erase(req->name(), *tenant) : tenant.status();
+    s = erased.status();
+    if (erased.ok()) convert::TensorInfoToProto(**erased, backend().device(), resp->mutable_info());
+  }
+  UpdateStoreGauges();
+  RecordRpc("DeleteTensor", s, start);
+  reactor->Finish(ToGrpcStatus(s));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* OpServeService::ListTensors(grpc::CallbackServerContext* ctx,
+                                                      const v1::ListTensorsRequest*,
+                                                      v1::ListTensorsResponse* resp) {
+  const auto start = Clock::now();
+  auto tenant = Authenticate(ctx);
+  if (tenant.ok()) {
+    for (const StoredTensorPtr& t : store_.List(*tenant)) {
+      convert::TensorInfoToProto(*t, backend().device(), resp->add_tensors());
+    }
+  }
+  RecordRpc("ListTensors", tenant.status(), start);
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(tenant.status()));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* OpServeService::ListOps(grpc::CallbackServerContext* ctx,
+                                                  const v1::ListOpsRequest*,
+                                                  v1::ListOpsResponse* resp) {
+  const auto start = Clock::now();
+  auto* reactor = ctx->DefaultReactor();
+  if (auto tenant = Authenticate(ctx); !tenant.ok()) {
+    RecordRpc("ListOps", tenant.status(), start);
+    reactor->Finish(ToGrpcStatus(tenant.status()));
+    return reactor;
+  }
+  convert::OpsToProto(backend(), resp);
+  RecordRpc("ListOps", absl::OkStatus(), start);
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* OpServeService::Execute(grpc::CallbackServerContext* ctx,
+                                                  const v1::ExecuteRequest* req,
+                                                  v1::ExecuteResponse* resp) {
+  const auto start = Clock::now();
+  auto* reactor = new ExecuteReactor(this);
+  auto finish = [this, reactor, start, resp](absl::Status s) {
+    if (!s.ok()) resp->Clear();
+    resp->mutable_timing()->set_total_us(MicrosSince(start));
+    RecordRpc("Execute", s, start);
+    if (metrics_) metrics_->AddInflight(-1);
+    reactor->Finish(ToGrpcStatus(s));
+  };
+  if (metrics_) metrics_->AddInflight(1);
+  auto tenant = Authenticate(ctx);
+  if (!tenant.ok()) {
+    finish(tenant.status());
+    return reactor;
+  }
+  if (absl::Status healthy = backend().Healthy(); !healthy.ok()) {
+    ReportUnhealthy();  // a transfer may have seen the failure first
+    finish(healthy);
+    return reactor;
+  }
+  // A call that is already dead (its deadline passed in transit) neither plans nor queues.
+  if (absl::Status alive = CheckCallAlive(ctx); !alive.ok()) {
+    finish(alive);
+    return reactor;
+  }
+  // edge -> convert -> plan (here, on the gRPC thread) -> device -> kernels -> result ->
+  // convert -> edge (in the job's completion).
+  auto plan = BuildPlan(convert::GraphFromProto(*req), backend(), store_, options_.limits,
+                        *tenant);
+  if (!plan.ok()) {
+    finish(plan.status());
+    return reactor;
+  }
+  auto shared_plan = std::make_shared<Plan>(*std::move(plan));
+  auto job = [this, ctx, resp, start, shared_plan, finish](ExecEnv& env) {
+    const double queue_us = MicrosSince(start);
+    if (metrics_) metrics_->RecordQueue("Execute", queue_us * 1e-6);
+    auto result = std::make_shared<ExecuteResult>();
+    absl::Status s = CheckCallAlive(ctx);
+    if (s.ok()) {
+      const ExecuteOptions opts{.check_alive = [ctx] { return CheckCallAlive(ctx); },
+                                .fail_algorithm = options_.fail_algorithm};
+      s = ExecutePlan(*shared_plan, backend(), env, store_, metrics_, opts, result.get());
+    }
+    if (!backend().Healthy().ok()) ReportUnhealthy();
+    // The plan (and the stored tensors it holds) is gone by the time this runs.
+    return DeviceWorker::Completion([this, finish, s, resp, result, queue_us] {
+      if (s.ok()) convert::ResultToProto(std::move(*result), resp);
+      resp->mutable_timing()->set_queue_us(queue_us);
+      UpdateStoreGauges();
+      finish(s);
+    });
+  };
+  absl::Status queued = device_.Submit(std::move(job));
+  if (!queued.ok()) finish(queued);
+  return reactor;
+}
+
+}  // namespace opserve

@@ -1,0 +1,173 @@
+// The gRPC handlers of opserve.v1.OpServe (callback API). Handlers are thin: they convert the
+// request (convert.h), plan it on the gRPC thread, and hand device work to the device, whose
+// worker finishes the call; the result is converted back into the response.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "opserve/v1/opserve.grpc.pb.h"
+#include "server/engine/device.h"
+#include "server/rpc/grpc_status.h"
+#include "server/engine/metrics.h"
+#include "server/engine/plan.h"
+#include "server/rpc/request_parsing.h"
+#include "server/engine/tensor_store.h"
+#include "server/rpc/transfer_pool.h"
+
+namespace opserve {
+
+struct ServiceOptions {
+  Limits limits;
+  uint32_t default_chunk_bytes = 1 << 20;
+  // Bearer token -> tenant (the tensor namespace). Empty: no authentication, one namespace.
+  std::map<std::string, std::string> tokens;
+  // Test builds: "op/algorithm" whose every run fails as a faulty kernel would.
+  std::string fail_algorithm;
+};
+
+class OpServeService final : public v1::OpServe::CallbackService {
+ public:
+  OpServeService(Device& device, TensorStore& store, Metrics* metrics, ServiceOptions options)
+      : device_(device), store_(store), metrics_(metrics), options_(options) {
+    ParseRequestsInHandlers();
+  }
+
+  // PutTensor reads its messages as ParsedStreamMessage (see ParseRequestsInHandlers), so its
+  // reactor is not the generated PutTensor(ctx, resp) override, which nothing calls.
+  grpc::ServerReadReactor<ParsedStreamMessage<v1::PutTensorRequest>>* StartPutTensor(
+      grpc::CallbackServerContext* ctx, v1::PutTensorResponse* resp);
+  grpc::ServerWriteReactor<v1::GetTensorResponse>* GetTensor(
+      grpc::CallbackServerContext* ctx, const v1::GetTensorRequest* req) override;
+  grpc::ServerUnaryReactor* DeleteTensor(grpc::CallbackServerContext* ctx,
+                                         const v1::DeleteTensorRequest* req,
+                                         v1::DeleteTensorResponse* resp) override;
+  grpc::ServerUnaryReactor* ListTensors(grpc::CallbackServerContext* ctx,
+                                        const v1::ListTensorsRequest* req,
+                                        v1::ListTensorsResponse* resp) override;
+  grpc::ServerUnaryReactor* Execute(grpc::CallbackServerContext* ctx,
+                                    const v1::ExecuteRequest* req,
+                                    v1::ExecuteResponse* resp) override;
+  grpc::ServerUnaryReactor* ListOps(grpc::CallbackServerContext* ctx,
+                                    const v1::ListOpsRequest* req,
+                                    v1::ListOpsResponse* resp) override;
+
+  // Called when a request saw the backend fail for good (a sticky device error).
+  // Set once, before the server starts; may be called again and again.
+  void set_on_unhealthy(std::function<void()> f) { on_unhealthy_ = std::move(f); }
+  void ReportUnhealthy() {
+    if (on_unhealthy_) on_unhealthy_();
+  }
+
+  // Shared by the handlers and the transfer reactors.
+  Backend& backend() { return device_.backend(); }
+  TensorStore& store() { return store_; }
+  Metrics* metrics() { return metrics_; }
+  TransferPool& transfers() { return transfers_; }
+  const ServiceOptions& options() const { return options_; }
+  void RecordRpc(absl::string_view rpc, const absl::Status& s,
+                 std::chrono::steady_clock::time_point start);
+  void UpdateStoreGauges();
+  // Calls handed to a handler and not yet done (OnDone), for the drain on SIGTERM.
+  void CallStarted() { active_calls_.fetch_add(1, std::memory_order_relaxed); }
+  void CallDone() { active_calls_.fetch_sub(1, std::memory_order_relaxed); }
+  int active_calls() const { return active_calls_.load(std::memory_order_relaxed); }
+  // The caller's tenant from its bearer token; UNAUTHENTICATED when tokens are
+  // configured and the call has none or a wrong one.
+  absl::StatusOr<std::string> Authenticate(grpc::CallbackServerContext* ctx) const;
+
+ private:
+  // gRPC's generated handlers end a call whose request does not parse with a bare UNIMPLEMENTED
+  // and never call the service (server/request_parsing.h says when and why). These replace them,
+  // method by method, with handlers whose request type is ParsedRequest<T>: a request that
+  // parses reaches the methods above as before, one that does not is answered INVALID_ARGUMENT
+  // naming the RPC and the field. Runs once, in the constructor, before the server starts.
+  // (The generated SetMessageAllocatorFor_* would cast these handlers to the wrong type: unused.)
+  void ParseRequestsInHandlers() {
+    ParseUnary("DeleteTensor", &OpServeService::DeleteTensor);
+    ParseUnary("ListTensors", &OpServeService::ListTensors);
+    ParseUnary("Execute", &OpServeService::Execute);
+    ParseUnary("ListOps", &OpServeService::ListOps);
+    using GetRequest = ParsedRequest<v1::GetTensorRequest>;
+    MarkMethodCallback(
+        MethodIndex("GetTensor"),
+        new grpc::internal::CallbackServerStreamingHandler<GetRequest, v1::GetTensorResponse>(
+            [this](grpc::CallbackServerContext* ctx,
+                   const GetRequest* req) -> grpc::ServerWriteReactor<v1::GetTensorResponse>* {
+              TakeOverParsed(req);
+              if (req->status.ok()) return GetTensor(ctx, &req->message);
+              return new FinishedWriteReactor<v1::GetTensorResponse>(
+                  ToGrpcStatus(RefuseUnparsed(ctx, "GetTensor", req->status)));
+            }));
+    // Each message of the stream is checked by the reactor as it arrives.
+    MarkMethodCallback(
+        MethodIndex("PutTensor"),
+        new grpc::internal::CallbackClientStreamingHandler<
+            ParsedStreamMessage<v1::PutTensorRequest>, v1::PutTensorResponse>(
+            [this](grpc::CallbackServerContext* ctx, v1::PutTensorResponse* resp) {
+              return StartPutTensor(ctx, resp);
+            }));
+  }
+
+  template <typename Request, typename Response>
+  void ParseUnary(absl::string_view rpc,
+                  grpc::ServerUnaryReactor* (OpServeService::*method)(
+                      grpc::CallbackServerContext*, const Request*, Response*)) {
+    MarkMethodCallback(
+        MethodIndex(rpc),
+        new grpc::internal::CallbackUnaryHandler<ParsedRequest<Request>, Response>(
+            [this, rpc, method](grpc::CallbackServerContext* ctx, const ParsedRequest<Request>* req,
+                                Response* resp) -> grpc::ServerUnaryReactor* {
+              TakeOverParsed(req);
+              if (req->status.ok()) return (this->*method)(ctx, &req->message, resp);
+              grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+              reactor->Finish(ToGrpcStatus(RefuseUnparsed(ctx, rpc, req->status)));
+              return reactor;
+            }));
+  }
+
+  // The answer to a request of `rpc` that did not parse (`parse`), counted like any other: a
+  // caller without a valid token learns nothing more than UNAUTHENTICATED.
+  absl::Status RefuseUnparsed(grpc::CallbackServerContext* ctx, absl::string_view rpc,
+                              const absl::Status& parse) {
+    const auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<std::string> tenant = Authenticate(ctx);
+    const absl::Status s =
+        tenant.ok() ? absl::Status(parse.code(), absl::StrCat(rpc, ": ", parse.message()))
+                : tenant.status();
+    RecordRpc(rpc, s, start);
+    return s;
+  }
+
+  // The position of `rpc` in the service, which is the index the generated code registers it at.
+  static int MethodIndex(absl::string_view rpc) {
+    return v1::GetTensorRequest::descriptor()
+        ->file()
+        ->FindServiceByName("OpServe")
+        ->FindMethodByName(std::string(rpc))
+        ->index();
+  }
+
+  Device& device_;
+  TensorStore& store_;
+  Metrics* metrics_;
+  const ServiceOptions options_;
+  std::function<void()> on_unhealthy_;
+  std::atomic<int> active_calls_{0};
+  // Steps of PutTensor / GetTensor that may wait on the device. Destroyed with the service,
+  // after the gRPC server has finished every call: in gRPC 1.51, Server::Shutdown returns only
+  // once every callback call's OnDone has run (each call holds a server reference until then),
+  // so no reactor and no posted step outlives it.
+  static constexpr int kTransferThreads = 4;
+  TransferPool transfers_{kTransferThreads};
+};
+
+// OK while the call is alive; DEADLINE_EXCEEDED once its deadline passed, CANCELLED once the
+// client cancelled it. Checked before work starts, between nodes, and at each commit.
+absl::Status CheckCallAlive(grpc::CallbackServerContext* ctx);
+
+}  // namespace opserve
