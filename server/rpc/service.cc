@@ -1,7 +1,6 @@
 #include "server/rpc/service.h"
 
 #include "absl/strings/str_cat.h"
-#include "server/engine/executor.h"
 #include "server/rpc/convert.h"
 #include "server/rpc/grpc_status.h"
 
@@ -15,20 +14,6 @@ double MicrosSince(Clock::time_point t) {
 }
 
 constexpr std::chrono::milliseconds kDeadlineSlack{20};
-
-// Execute's reactor: a unary one that counts itself among the active calls until gRPC is done
-// with it (the response sent), so that the drain on SIGTERM waits for it.
-class ExecuteReactor final : public grpc::ServerUnaryReactor {
- public:
-  explicit ExecuteReactor(OpServeService* svc) : svc_(svc) { svc_->CallStarted(); }
-  void OnDone() override {
-    svc_->CallDone();
-    delete this;
-  }
-
- private:
-  OpServeService* svc_;
-};
 
 }  // namespace
 
@@ -125,67 +110,6 @@ grpc::ServerUnaryReactor* OpServeService::ListOps(grpc::CallbackServerContext* c
   convert::OpsToProto(backend(), resp);
   RecordRpc("ListOps", absl::OkStatus(), start);
   reactor->Finish(grpc::Status::OK);
-  return reactor;
-}
-
-grpc::ServerUnaryReactor* OpServeService::Execute(grpc::CallbackServerContext* ctx,
-                                                  const v1::ExecuteRequest* req,
-                                                  v1::ExecuteResponse* resp) {
-  const auto start = Clock::now();
-  auto* reactor = new ExecuteReactor(this);
-  auto finish = [this, reactor, start, resp](absl::Status s) {
-    if (!s.ok()) resp->Clear();
-    resp->mutable_timing()->set_total_us(MicrosSince(start));
-    RecordRpc("Execute", s, start);
-    if (metrics_) metrics_->AddInflight(-1);
-    reactor->Finish(ToGrpcStatus(s));
-  };
-  if (metrics_) metrics_->AddInflight(1);
-  auto tenant = Authenticate(ctx);
-  if (!tenant.ok()) {
-    finish(tenant.status());
-    return reactor;
-  }
-  if (absl::Status healthy = backend().Healthy(); !healthy.ok()) {
-    ReportUnhealthy();  // a transfer may have seen the failure first
-    finish(healthy);
-    return reactor;
-  }
-  // A call that is already dead (its deadline passed in transit) neither plans nor queues.
-  if (absl::Status alive = CheckCallAlive(ctx); !alive.ok()) {
-    finish(alive);
-    return reactor;
-  }
-  // edge -> convert -> plan (here, on the gRPC thread) -> device -> kernels -> result ->
-  // convert -> edge (in the job's completion).
-  auto plan = BuildPlan(convert::GraphFromProto(*req), backend(), store_, options_.limits,
-                        *tenant);
-  if (!plan.ok()) {
-    finish(plan.status());
-    return reactor;
-  }
-  auto shared_plan = std::make_shared<Plan>(*std::move(plan));
-  auto job = [this, ctx, resp, start, shared_plan, finish](ExecEnv& env) {
-    const double queue_us = MicrosSince(start);
-    if (metrics_) metrics_->RecordQueue("Execute", queue_us * 1e-6);
-    auto result = std::make_shared<ExecuteResult>();
-    absl::Status s = CheckCallAlive(ctx);
-    if (s.ok()) {
-      const ExecuteOptions opts{.check_alive = [ctx] { return CheckCallAlive(ctx); },
-                                .fail_algorithm = options_.fail_algorithm};
-      s = ExecutePlan(*shared_plan, backend(), env, store_, metrics_, opts, result.get());
-    }
-    if (!backend().Healthy().ok()) ReportUnhealthy();
-    // The plan (and the stored tensors it holds) is gone by the time this runs.
-    return DeviceWorker::Completion([this, finish, s, resp, result, queue_us] {
-      if (s.ok()) convert::ResultToProto(std::move(*result), resp);
-      resp->mutable_timing()->set_queue_us(queue_us);
-      UpdateStoreGauges();
-      finish(s);
-    });
-  };
-  absl::Status queued = device_.Submit(std::move(job));
-  if (!queued.ok()) finish(queued);
   return reactor;
 }
 

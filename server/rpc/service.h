@@ -64,6 +64,7 @@ class OpServeService final : public v1::OpServe::CallbackService {
   }
 
   // Shared by the handlers and the transfer reactors.
+  Device& device() { return device_; }
   Backend& backend() { return device_.backend(); }
   TensorStore& store() { return store_; }
   Metrics* metrics() { return metrics_; }
