@@ -2,37 +2,19 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/dtype.h"
 
 namespace opserve::client {
 
-uint64_t DTypeSize(v1::DType dtype) {
-  switch (dtype) {
-    case v1::FLOAT32:
-    case v1::INT32:
-      return 4;
-    case v1::INT64:
-      return 8;
-    case v1::BFLOAT16:
-      return 2;
-    default:
-      return 0;
-  }
-}
+// The proto's values are common/dtype.h's: its table answers for both.
+static_assert(static_cast<int>(DType::kFloat32) == v1::FLOAT32 &&
+                  static_cast<int>(DType::kInt32) == v1::INT32 &&
+                  static_cast<int>(DType::kInt64) == v1::INT64 &&
+                  static_cast<int>(DType::kBFloat16) == v1::BFLOAT16,
+              "common/dtype.h's values must be opserve.v1.DType's");
+uint64_t DTypeSize(v1::DType dtype) { return ElementSize(static_cast<DType>(dtype)); }
 
-absl::string_view DTypeName(v1::DType dtype) {
-  switch (dtype) {
-    case v1::FLOAT32:
-      return "float32";
-    case v1::INT32:
-      return "int32";
-    case v1::INT64:
-      return "int64";
-    case v1::BFLOAT16:
-      return "bfloat16";
-    default:
-      return "unspecified";
-  }
-}
+absl::string_view DTypeName(v1::DType dtype) { return NumpyName(static_cast<DType>(dtype)); }
 
 absl::StatusOr<uint64_t> ElementCount(absl::Span<const int64_t> shape) {
   uint64_t count = 1;

@@ -1,38 +1,47 @@
 #include "common/dtype.h"
 
 namespace opserve {
+namespace {
 
-bool IsValidDType(int value) { return value >= 1 && value <= 4; }
+// One row per dtype: everything else is a lookup here.
+struct DTypeInfo {
+  DType dtype;
+  uint64_t size;
+  absl::string_view name;        // the proto's, as the server's messages print it
+  absl::string_view numpy_name;  // as numpy and the CLI print it
+};
+
+constexpr DTypeInfo kDTypes[] = {
+    {DType::kFloat32, 4, "FLOAT32", "float32"},
+    {DType::kInt32, 4, "INT32", "int32"},
+    {DType::kInt64, 8, "INT64", "int64"},
+    {DType::kBFloat16, 2, "BFLOAT16", "bfloat16"},
+};
+
+const DTypeInfo* Find(DType dtype) {
+  for (const DTypeInfo& d : kDTypes) {
+    if (d.dtype == dtype) return &d;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+bool IsValidDType(int value) { return Find(static_cast<DType>(value)) != nullptr; }
 
 uint64_t ElementSize(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32:
-    case DType::kInt32:
-      return 4;
-    case DType::kInt64:
-      return 8;
-    case DType::kBFloat16:
-      return 2;
-    case DType::kInvalid:
-      break;
-  }
-  return 0;
+  const DTypeInfo* d = Find(dtype);
+  return d != nullptr ? d->size : 0;
 }
 
 absl::string_view DTypeName(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return "FLOAT32";
-    case DType::kInt32:
-      return "INT32";
-    case DType::kInt64:
-      return "INT64";
-    case DType::kBFloat16:
-      return "BFLOAT16";
-    case DType::kInvalid:
-      break;
-  }
-  return "DTYPE_UNSPECIFIED";
+  const DTypeInfo* d = Find(dtype);
+  return d != nullptr ? d->name : "DTYPE_UNSPECIFIED";
+}
+
+absl::string_view NumpyName(DType dtype) {
+  const DTypeInfo* d = Find(dtype);
+  return d != nullptr ? d->numpy_name : "unspecified";
 }
 
 }  // namespace opserve

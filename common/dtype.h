@@ -17,5 +17,6 @@ inline constexpr DType kAllDTypes[] = {DType::kFloat32, DType::kInt32, DType::kI
 bool IsValidDType(int value);
 uint64_t ElementSize(DType dtype);         // 0 for kInvalid
 absl::string_view DTypeName(DType dtype);  // "FLOAT32", ...; "DTYPE_UNSPECIFIED" for kInvalid
+absl::string_view NumpyName(DType dtype);  // "float32", ...; "unspecified" for kInvalid
 
 }  // namespace opserve

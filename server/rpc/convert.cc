@@ -5,6 +5,13 @@
 namespace opserve::convert {
 namespace {
 
+// Dtypes cross the boundary by a cast.
+static_assert(static_cast<int>(DType::kFloat32) == v1::FLOAT32 &&
+                  static_cast<int>(DType::kInt32) == v1::INT32 &&
+                  static_cast<int>(DType::kInt64) == v1::INT64 &&
+                  static_cast<int>(DType::kBFloat16) == v1::BFLOAT16,
+              "common/dtype.h's values must be opserve.v1.DType's");
+
 GraphInput InputFromProto(const v1::Input& in) {
   switch (in.source_case()) {
     case v1::Input::kStored: return {GraphInput::Source::kStored, in.stored()};
