@@ -22,6 +22,7 @@
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "server/engine/cpu_backend.h"
 #include "server/ops/op.h"
 #include "server/rpc/security.h"
@@ -121,7 +122,7 @@ absl::StatusOr<std::unique_ptr<Backend>> ChooseBackend(const std::string& device
 // starts, and threads inherit the mask) and taken synchronously by sigwait on a thread of their
 // own. With a handler instead, the kernel may deliver the signal to any thread; under
 // ThreadSanitizer a handler runs only when its thread next enters an intercepted call, and a gRPC
-// thread parked in a raw futex never does: the server then never saw the SIGTERM (CI, 2026-11-23).
+// thread parked in a raw futex never does, and the server would never see the SIGTERM.
 sigset_t TerminationSignals() {
   sigset_t set;
   sigemptyset(&set);
@@ -165,6 +166,94 @@ int WaitForTerminationSignal() {
   return g_signal;
 }
 
+// The service's options from the flags; the tensor limit defaults to the memory budget.
+absl::StatusOr<ServiceOptions> ServiceOptionsFromFlags(uint64_t budget) {
+  ServiceOptions options;
+  options.limits.max_tensor_bytes =
+      absl::GetFlag(FLAGS_max_tensor_bytes) ? absl::GetFlag(FLAGS_max_tensor_bytes) : budget;
+  options.limits.max_graph_nodes = absl::GetFlag(FLAGS_max_graph_nodes);
+  // gRPC counts message sizes in an int.
+  options.limits.max_message_bytes =
+      std::min<uint64_t>(absl::GetFlag(FLAGS_max_message_bytes), INT32_MAX);
+  options.default_chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
+  if (!absl::GetFlag(FLAGS_auth_tokens_file).empty()) {
+    auto tokens = LoadTokens(absl::GetFlag(FLAGS_auth_tokens_file));
+    if (!tokens.ok()) return tokens.status();
+    options.tokens = *std::move(tokens);
+  }
+#if OPSERVE_TEST_HOOKS
+  options.fail_algorithm = absl::GetFlag(FLAGS_test_fail_algorithm);
+#endif
+  return options;
+}
+
+// The metrics exposer, or nullptr with --metrics_port=-1. Every kernel this backend can run has
+// its series at 0 from the first scrape, labelled as the executor's RecordKernel labels them:
+// the table's op and algorithm names.
+absl::StatusOr<std::unique_ptr<Metrics>> StartMetrics(const Backend& backend) {
+  if (absl::GetFlag(FLAGS_metrics_port) < 0) return nullptr;
+  ASSIGN_OR_RETURN(std::unique_ptr<Metrics> metrics,
+                   Metrics::Create(absl::StrCat(absl::GetFlag(FLAGS_host), ":",
+                                                absl::GetFlag(FLAGS_metrics_port)),
+                                   backend.device(), backend.name()));
+  for (const OpSpec& op : Ops()) {
+    for (const AlgoSpec* algo : AlgorithmsFor(op.name, backend)) {
+      metrics->InitKernelSeries(std::string_view(op.name.data(), op.name.size()),
+                                std::string_view(algo->name.data(), algo->name.size()));
+    }
+  }
+  return metrics;
+}
+
+// Runs each CUDA algorithm once before the server listens (warmup.h says why); a failure only
+// makes the first requests slower.
+void WarmUp(Device& device) {
+  if (device.backend().name() != "cuda") return;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto runs = WarmUpKernels(device);
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (runs.ok()) {
+    std::cerr << "opserve: warm-up: " << *runs << " kernel runs in " << static_cast<int>(ms)
+              << " ms" << std::endl;
+  } else {
+    std::cerr << "opserve: warm-up stopped (first requests will be slower): " << runs.status()
+              << std::endl;
+  }
+}
+
+// Refuses new calls, lets those in flight finish (up to --shutdown_grace_seconds), then closes
+// the connections that are left.
+void Drain(grpc::Server& server, const OpServeService& service) {
+  const auto deadline = std::chrono::system_clock::now() +
+                        std::chrono::seconds(absl::GetFlag(FLAGS_shutdown_grace_seconds));
+  std::atomic<bool> shut_down{false};
+  std::thread shutdown([&] {
+    server.Shutdown(deadline);
+    shut_down = true;
+  });
+  // gRPC's Shutdown refuses new calls at once, but returns only when every client has closed
+  // its connection, or at the deadline: one idle client kept it waiting 8-22 s. So once every
+  // call a handler accepted is done, close the connections that are left.
+  const auto begun = std::chrono::system_clock::now() + std::chrono::milliseconds(50);
+  while (!shut_down && std::chrono::system_clock::now() < deadline &&
+         (service.active_calls() > 0 || std::chrono::system_clock::now() < begun)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (!shut_down) {
+    // Calls answered inline (List*, Delete) get their responses onto the wire first.
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    // Then every response the clients have not yet read reaches them: closing a connection
+    // with bytes still queued can reset it and cut a response short (socket_drain.h).
+    if (!WaitForSocketsToFlush(deadline)) {
+      std::cerr << "opserve: " << UnacknowledgedSocketBytes()
+                << " response bytes still unread by clients at the grace deadline" << std::endl;
+    }
+    grpc_server_cancel_all_calls(server.c_server());
+  }
+  shutdown.join();
+}
+
 int Run() {
   std::thread(SignalThread).detach();  // blocked in sigwait when the process ends: nothing to join
   auto backend_or = ChooseBackend(absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_memory_budget_bytes));
@@ -174,25 +263,12 @@ int Run() {
   }
   std::unique_ptr<Backend> backend = *std::move(backend_or);
 
-  ServiceOptions options;
-  const uint64_t budget = backend->Memory().budget;
-  options.limits.max_tensor_bytes =
-      absl::GetFlag(FLAGS_max_tensor_bytes) ? absl::GetFlag(FLAGS_max_tensor_bytes) : budget;
-  options.limits.max_graph_nodes = absl::GetFlag(FLAGS_max_graph_nodes);
-  // gRPC counts message sizes in an int.
-  options.limits.max_message_bytes = std::min<uint64_t>(absl::GetFlag(FLAGS_max_message_bytes), INT32_MAX);
-  options.default_chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
-  if (!absl::GetFlag(FLAGS_auth_tokens_file).empty()) {
-    auto tokens = LoadTokens(absl::GetFlag(FLAGS_auth_tokens_file));
-    if (!tokens.ok()) {
-      std::cerr << "opserve: " << tokens.status() << std::endl;
-      return 2;
-    }
-    options.tokens = *std::move(tokens);
+  auto options_or = ServiceOptionsFromFlags(backend->Memory().budget);
+  if (!options_or.ok()) {
+    std::cerr << "opserve: " << options_or.status() << std::endl;
+    return 2;
   }
-#if OPSERVE_TEST_HOOKS
-  options.fail_algorithm = absl::GetFlag(FLAGS_test_fail_algorithm);
-#endif
+  const ServiceOptions options = *std::move(options_or);
   auto credentials = MakeServerCredentials(absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
                                            absl::GetFlag(FLAGS_tls_client_ca));
   if (!credentials.ok()) {
@@ -200,24 +276,12 @@ int Run() {
     return 2;
   }
 
-  std::unique_ptr<Metrics> metrics;
-  if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
-    auto m = Metrics::Create(absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_metrics_port)),
-                             backend->device(), backend->name());
-    if (!m.ok()) {
-      std::cerr << "opserve: metrics: " << m.status() << std::endl;
-      return 2;
-    }
-    metrics = *std::move(m);
-    // Every kernel this backend can run has its series at 0 from the first scrape, labelled as
-    // the executor's RecordKernel labels them: the table's op and algorithm names.
-    for (const OpSpec& op : Ops()) {
-      for (const AlgoSpec* algo : AlgorithmsFor(op.name, *backend)) {
-        metrics->InitKernelSeries(std::string_view(op.name.data(), op.name.size()),
-                                  std::string_view(algo->name.data(), algo->name.size()));
-      }
-    }
+  auto metrics_or = StartMetrics(*backend);
+  if (!metrics_or.ok()) {
+    std::cerr << "opserve: metrics: " << metrics_or.status() << std::endl;
+    return 2;
   }
+  std::unique_ptr<Metrics> metrics = *std::move(metrics_or);
 
   auto device_or = Device::Start(
       std::move(backend), absl::GetFlag(FLAGS_max_inflight),
@@ -227,16 +291,7 @@ int Run() {
     return 2;
   }
   Device& device = **device_or;
-  if (device.backend().name() == "cuda") {
-    const auto t0 = std::chrono::steady_clock::now();
-    auto runs = WarmUpKernels(device);
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (runs.ok()) {
-      std::cerr << "opserve: warm-up: " << *runs << " kernel runs in " << static_cast<int>(ms) << " ms" << std::endl;
-    } else {
-      std::cerr << "opserve: warm-up stopped (first requests will be slower): " << runs.status() << std::endl;
-    }
-  }
+  WarmUp(device);
   TensorStore store;
   OpServeService service(device, store, metrics.get(), options);
   service.UpdateStoreGauges();
@@ -282,36 +337,9 @@ int Run() {
 
   const int sig = WaitForTerminationSignal();
 
-  // Drain: refuse new calls, let those in flight finish, then stop the worker.
   std::cerr << "opserve: signal " << sig << ", draining" << std::endl;
   health->SetServingStatus(false);
-  const auto deadline = std::chrono::system_clock::now() +
-                        std::chrono::seconds(absl::GetFlag(FLAGS_shutdown_grace_seconds));
-  std::atomic<bool> shut_down{false};
-  std::thread shutdown([&] {
-    server->Shutdown(deadline);
-    shut_down = true;
-  });
-  // gRPC's Shutdown refuses new calls at once, but returns only when every client has closed
-  // its connection, or at the deadline: one idle client kept it waiting 8-22 s. So once every
-  // call a handler accepted is done, close the connections that are left.
-  const auto begun = std::chrono::system_clock::now() + std::chrono::milliseconds(50);
-  while (!shut_down && std::chrono::system_clock::now() < deadline &&
-         (service.active_calls() > 0 || std::chrono::system_clock::now() < begun)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  if (!shut_down) {
-    // Calls answered inline (List*, Delete) get their responses onto the wire first.
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    // Then every response the clients have not yet read reaches them: closing a connection
-    // with bytes still queued can reset it and cut a response short (socket_drain.h).
-    if (!WaitForSocketsToFlush(deadline)) {
-      std::cerr << "opserve: " << UnacknowledgedSocketBytes()
-                << " response bytes still unread by clients at the grace deadline" << std::endl;
-    }
-    grpc_server_cancel_all_calls(server->c_server());
-  }
-  shutdown.join();
+  Drain(*server, service);
   device.Shutdown();
   std::cerr << "opserve: stopped" << std::endl;
   return 0;
