@@ -45,12 +45,14 @@
 //   - rows * elem_bytes % 16 != 0 or d_out not 16-byte aligned: the input still goes through TMA,
 //     but output rows are not 16-byte aligned, so each element is stored on its own.
 #include <cuda.h>  // CUtensorMap and its enums: types only, libcuda is never linked
-#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled_v12000
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/sm90/mbarrier.cuh"
+#include "kernels/sm90/tensor_map.h"
+#include "kernels/sm90/tma.cuh"
 #include "kernels/transpose.h"
 #include "kernels/transpose_common.cuh"
 #include "kernels/transpose_tma_tuning.h"
@@ -152,61 +154,10 @@ struct TileShape<uint16_t> {
   static constexpr CUtensorMapDataType kDataType = CU_TENSOR_MAP_DATA_TYPE_UINT16;
 };
 
-// ---- PTX wrappers (sm_90) ----
-
-__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void MbarInit(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(SmemAddr(bar)), "r"(count) : "memory");
-}
-
-// Makes the initialised barriers visible to the async proxy (TMA) and the other threads.
-__device__ __forceinline__ void FenceMbarInit() {
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
-
-__device__ __forceinline__ void MbarArriveExpectTx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(SmemAddr(bar)),
-               "r"(bytes)
-               : "memory");
-}
-
-// Release semantics: this thread's earlier shared-memory reads are done before the arrival counts.
-__device__ __forceinline__ void MbarArrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(SmemAddr(bar)) : "memory");
-}
-
-// Waits for the phase of the given parity to complete (acquire: the completed phase's writes,
-// TMA's included, are visible afterwards). A fresh barrier counts its "previous" phase (parity 1)
-// as complete, which is how the producer's first pass over the stages goes through at once.
-__device__ __forceinline__ void MbarWait(uint64_t* bar, uint32_t parity) {
-  const uint32_t addr = SmemAddr(bar);
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n\t.reg .pred p;\n\t"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-        "selp.u32 %0, 1, 0, p;\n\t}"
-        : "=r"(done)
-        : "r"(addr), "r"(parity)
-        : "memory");
-  } while (done == 0);
-}
+// ---- PTX wrappers used by this kernel alone (the shared ones are in kernels/sm90/) ----
 
 __device__ __forceinline__ void PrefetchTensorMap(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
-}
-
-// Loads the box at (x = column, y = row) into shared memory; completion is counted in bytes on bar.
-__device__ __forceinline__ void TmaLoad2d(void* dst, const CUtensorMap* map, int32_t x, int32_t y,
-                                          uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%2, %3}], [%4];" ::"r"(SmemAddr(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(SmemAddr(bar))
-      : "memory");
 }
 
 // One 16-byte global store. Written out because nvcc 13.0 split some `*(uint4*)p = ...` stores of
@@ -287,7 +238,7 @@ __device__ __forceinline__ void ConsumeTile(const uint8_t* stage, uint64_t* empt
         v[j][i][3] = q.w;
       }
     }
-    if (j0 + kBatch == kBlocks) MbarArrive(empty);  // the stage may be refilled while we store
+    if (j0 + kBatch == kBlocks) sm90::MbarArrive(empty);  // the stage may be refilled now
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
       if (!live[j]) continue;
@@ -348,7 +299,7 @@ __device__ __forceinline__ void ConsumeTile(const uint8_t* stage, uint64_t* empt
       v[i][3] = q.w;
     }
   }
-  MbarArrive(empty);  // the stage may be refilled while we store
+  sm90::MbarArrive(empty);  // the stage may be refilled while we store
   if (!live) return;
   const int64_t out_c = r0 + rh * 32 + br * kVec;  // first output column (= input row)
 #pragma unroll
@@ -387,7 +338,8 @@ __global__ void __launch_bounds__(kThreads, Config::kMinCtas)
   extern __shared__ uint8_t smem_raw[];
   // Align the stages to 1024 bytes by hand (kSmemBytes reserves the slack): the alignment of the
   // dynamic shared-memory base is not something to rely on.
-  uint8_t* smem = smem_raw + ((kSmemAlign - (SmemAddr(smem_raw) & (kSmemAlign - 1))) & (kSmemAlign - 1));
+  uint8_t* smem =
+      smem_raw + ((kSmemAlign - (sm90::SmemAddr(smem_raw) & (kSmemAlign - 1))) & (kSmemAlign - 1));
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * Config::kTileBytes);
   uint64_t* empty = full + kStages;
   const int warp = threadIdx.x / 32;
@@ -395,10 +347,10 @@ __global__ void __launch_bounds__(kThreads, Config::kMinCtas)
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      MbarInit(&full[s], 1);                   // the producer's arrive (+ the TMA bytes)
-      MbarInit(&empty[s], kConsumerThreads);  // every consumer thread's arrive
+      sm90::MbarInit(&full[s], 1);                  // the producer's arrive (+ the TMA bytes)
+      sm90::MbarInit(&empty[s], kConsumerThreads);  // every consumer thread's arrive
     }
-    FenceMbarInit();
+    sm90::FenceMbarInit();
   }
   __syncthreads();  // the only block-wide barrier: below, the roles part ways
 
@@ -417,11 +369,11 @@ __global__ void __launch_bounds__(kThreads, Config::kMinCtas)
       const int64_t left = cols - c0;
       const int boxes = left >= kTileCols ? Config::kBoxes
                                           : static_cast<int>((left + kBoxCols - 1) / kBoxCols);
-      MbarWait(&empty[stage], phase ^ 1);  // all consumers are done reading this stage
-      MbarArriveExpectTx(&full[stage], boxes * Config::kBoxBytes);
+      sm90::MbarWaitParity(&empty[stage], phase ^ 1);  // all consumers are done reading this stage
+      sm90::MbarArriveExpectTx(&full[stage], boxes * Config::kBoxBytes);
       uint8_t* dst = smem + stage * Config::kTileBytes;
       for (int b = 0; b < boxes; ++b) {
-        TmaLoad2d(dst + b * Config::kBoxBytes, &in_map, c0 + b * kBoxCols, r0, &full[stage]);
+        sm90::TmaLoad2d(dst + b * Config::kBoxBytes, &in_map, c0 + b * kBoxCols, r0, &full[stage]);
       }
       if (++stage == kStages) {
         stage = 0;
@@ -439,7 +391,7 @@ __global__ void __launch_bounds__(kThreads, Config::kMinCtas)
     TileCoords(tile, tiles_x, tiles_y, group_rows, &ty, &tx);
     const int64_t r0 = static_cast<int64_t>(ty) * Config::kRows;
     const int64_t c0 = static_cast<int64_t>(tx) * kTileCols;
-    MbarWait(&full[stage], phase);
+    sm90::MbarWaitParity(&full[stage], phase);
     ConsumeTile<Config, kVectorStore>(smem + stage * Config::kTileBytes, &empty[stage], out, rows,
                                       cols, r0, c0, warp, lane);
     if (++stage == kStages) {
@@ -449,26 +401,9 @@ __global__ void __launch_bounds__(kThreads, Config::kMinCtas)
   }
 }
 
-// cuTensorMapEncodeTiled from the driver, looked up once through the runtime (never linking
-// libcuda). nullptr when the driver does not provide it.
-PFN_cuTensorMapEncodeTiled_v12000 EncodeTiledFn() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult query = cudaDriverEntryPointSymbolNotFound;
-    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000,
-                                                             cudaEnableDefault, &query);
-    if (err != cudaSuccess) (void)cudaGetLastError();  // leave no stale error for the launch check
-    return err == cudaSuccess && query == cudaDriverEntryPointSuccess
-               ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p)
-               : nullptr;
-  }();
-  return fn;
-}
-
 template <typename T, typename Config>
 cudaError_t LaunchTma(const TransposeTmaTuning& tuning, const void* d_in, void* d_out,
-                      int64_t rows, int64_t cols, int device,
-                      PFN_cuTensorMapEncodeTiled_v12000 encode, cudaStream_t stream,
+                      int64_t rows, int64_t cols, int device, cudaStream_t stream,
                       bool* launched) {
   *launched = false;
   constexpr int kEb = static_cast<int>(sizeof(T));
@@ -479,23 +414,17 @@ cudaError_t LaunchTma(const TransposeTmaTuning& tuning, const void* d_in, void* 
   // 2^31-tile fp32 matrix would be 2^45 bytes.
   if (tiles_x * tiles_y >= (uint64_t{1} << 31)) return cudaSuccess;  // not launched: refused
 
-  // Dimension 0 is the contiguous one (columns); boxes are 128 bytes x kRows rows.
+  // Boxes are 128 bytes x kRows rows. 128-byte promotion fetches each box row as one whole line;
+  // 256 bytes also fetches the neighbouring box's line (when rows are not 256-byte aligned it
+  // re-reads half a line of the previous tile from DRAM). Chosen by measurement
+  // (tuning.l2_promote_256).
   CUtensorMap map;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * kEb};
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(TileShape<T>::kBoxCols),
-                             static_cast<cuuint32_t>(Config::kRows)};
-  const cuuint32_t elem_strides[2] = {1, 1};
-  // 128-byte promotion fetches each box row as one whole line; 256 bytes also fetches the
-  // neighbouring box's line (when rows are not 256-byte aligned it re-reads half a line of the
-  // previous tile from DRAM). Chosen by measurement (tuning.l2_promote_256).
-  const CUresult res = encode(&map, TileShape<T>::kDataType, 2, const_cast<void*>(d_in), dims,
-                              strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                              CU_TENSOR_MAP_SWIZZLE_128B,
-                              tuning.l2_promote_256 ? CU_TENSOR_MAP_L2_PROMOTION_L2_256B
-                                                    : CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-                              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (res != CUDA_SUCCESS) return cudaSuccess;  // not launched: refused
+  if (!sm90::EncodeSwizzled128(&map, TileShape<T>::kDataType, d_in, rows, cols, kEb,
+                               Config::kRows, TileShape<T>::kBoxCols,
+                               tuning.l2_promote_256 ? CU_TENSOR_MAP_L2_PROMOTION_L2_256B
+                                                     : CU_TENSOR_MAP_L2_PROMOTION_L2_128B)) {
+    return cudaSuccess;  // not launched: refused
+  }
 
   // Output rows start 16-byte aligned only if rows * elem_bytes is a multiple of 16.
   const bool vector_store =
@@ -533,7 +462,7 @@ cudaError_t LaunchTma(const TransposeTmaTuning& tuning, const void* d_in, void* 
 }
 
 using LaunchFn = cudaError_t (*)(const TransposeTmaTuning&, const void*, void*, int64_t, int64_t,
-                                 int, PFN_cuTensorMapEncodeTiled_v12000, cudaStream_t, bool*);
+                                 int, cudaStream_t, bool*);
 
 // Every fp32 build, described by its config: a new tile is one `using` above plus one entry here.
 struct Fp32Build {
@@ -558,8 +487,7 @@ constexpr Fp32Build kFp32Builds[] = {
 // The fp32 build the tuning names; cudaErrorInvalidValue when there is none. One-tile tunings with
 // max_ctas_per_sm >= 4 take the register-capped build where one exists.
 cudaError_t LaunchTmaFp32(const TransposeTmaTuning& t, const void* d_in, void* d_out, int64_t rows,
-                          int64_t cols, int device, PFN_cuTensorMapEncodeTiled_v12000 encode,
-                          cudaStream_t stream, bool* launched) {
+                          int64_t cols, int device, cudaStream_t stream, bool* launched) {
   const Fp32Build* found = nullptr;
   for (const Fp32Build& b : kFp32Builds) {
     if (b.tile_rows != t.tile_rows || b.boxes != t.boxes || b.one_tile != t.one_tile_per_cta) {
@@ -572,7 +500,7 @@ cudaError_t LaunchTmaFp32(const TransposeTmaTuning& t, const void* d_in, void* d
     if (!b.regs4 && found == nullptr) found = &b;
   }
   if (found == nullptr) return cudaErrorInvalidValue;
-  return found->launch(t, d_in, d_out, rows, cols, device, encode, stream, launched);
+  return found->launch(t, d_in, d_out, rows, cols, device, stream, launched);
 }
 
 }  // namespace
@@ -598,13 +526,12 @@ cudaError_t TransposeTmaTuned(const TransposeTmaTuning& tuning, const void* d_in
   int major = 0;
   err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
   if (err != cudaSuccess) return err;
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = major >= 9 ? EncodeTiledFn() : nullptr;
-  if (encode == nullptr) return cudaErrorNotSupported;
+  if (major < 9 || sm90::EncodeTiledFn() == nullptr) return cudaErrorNotSupported;
   bool launched = false;
   err = elem_bytes == 4
-            ? LaunchTmaFp32(tuning, d_in, d_out, rows, cols, device, encode, stream, &launched)
-            : LaunchTma<uint16_t, Tile64x2>(tuning, d_in, d_out, rows, cols, device, encode,
-                                            stream, &launched);
+            ? LaunchTmaFp32(tuning, d_in, d_out, rows, cols, device, stream, &launched)
+            : LaunchTma<uint16_t, Tile64x2>(tuning, d_in, d_out, rows, cols, device, stream,
+                                            &launched);
   if (err == cudaSuccess && !launched) return cudaErrorInvalidValue;
   return err;
 }
