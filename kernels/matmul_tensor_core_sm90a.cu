@@ -1,5 +1,6 @@
-// matmul on Hopper's tensor cores: wgmma (sm_90a) fed by TMA, warp-specialized. The large-shape
-// path of MatmulTensorCore (kernels/matmul_tensor_core.cu), which keeps mma.sync for the rest.
+// matmul on Hopper's tensor cores: wgmma (sm_90a) fed by TMA, warp-specialized. An algorithm of
+// its own: it runs the shapes MatmulTensorCoreSm90aSupports accepts and refuses the rest
+// (cudaErrorInvalidValue); it never hands a call to the mma.sync kernel (matmul_tensor_core.cu).
 //
 // Orientation. TF32 wgmma accepts only K-major operands in shared memory, and our B (row-major
 // K x N) is N-major. So the kernel computes the transposed product, D = C^T = B^T A^T:

@@ -503,6 +503,16 @@ cudaError_t LaunchTmaFp32(const TransposeTmaTuning& t, const void* d_in, void* d
   return found->launch(t, d_in, d_out, rows, cols, device, stream, launched);
 }
 
+// bf16 has one build, the persistent 64 x 2 tile; cudaErrorInvalidValue for a tuning that names
+// another tile or the one-tile-per-CTA form, rather than running this one in its place.
+cudaError_t LaunchTmaBf16(const TransposeTmaTuning& t, const void* d_in, void* d_out, int64_t rows,
+                          int64_t cols, int device, cudaStream_t stream, bool* launched) {
+  if (t.tile_rows != Tile64x2::kRows || t.boxes != Tile64x2::kBoxes || t.one_tile_per_cta) {
+    return cudaErrorInvalidValue;
+  }
+  return LaunchTma<uint16_t, Tile64x2>(t, d_in, d_out, rows, cols, device, stream, launched);
+}
+
 }  // namespace
 
 bool TransposeTmaSupports(int64_t rows, int64_t cols, int elem_bytes) {
@@ -530,8 +540,7 @@ cudaError_t TransposeTmaTuned(const TransposeTmaTuning& tuning, const void* d_in
   bool launched = false;
   err = elem_bytes == 4
             ? LaunchTmaFp32(tuning, d_in, d_out, rows, cols, device, stream, &launched)
-            : LaunchTma<uint16_t, Tile64x2>(tuning, d_in, d_out, rows, cols, device, stream,
-                                            &launched);
+            : LaunchTmaBf16(tuning, d_in, d_out, rows, cols, device, stream, &launched);
   if (err == cudaSuccess && !launched) return cudaErrorInvalidValue;
   return err;
 }
