@@ -1,8 +1,7 @@
 // transpose, TMA (sm_90): a warp-specialised kernel, run either as a persistent pipeline
-// (several stages per CTA, a grid of one wave; the bf16 default) or, the 4-byte default since
-// 2026-11-23, as one single-stage CTA per tile with a grid of every tile, tiles walked
-// column-major (one_tile_per_cta: 0.955-0.961x of the copy on the H100 against 0.917-0.927x
-// persistent; NOTES_transpose.md).
+// (several stages per CTA, a grid of one wave; the bf16 default) or, the 4-byte default, as one
+// single-stage CTA per tile with a grid of every tile, tiles walked column-major
+// (one_tile_per_cta; NOTES_transpose.md says why).
 // The description below is of the persistent form; the one-tile form runs the same producer and
 // consumers over exactly one tile.
 //
@@ -16,9 +15,7 @@
 //     kVec output rows. One warp store instruction covers whole 128-byte lines (fp32) or
 //     64-byte half lines (bf16).
 //
-// Measured (opserve-bench, H200, 2026-11-22; D2D copy 4256 GB/s read + written): 0.860x of the
-// copy at 16384^2 and 0.841x at 32768^2, against 0.790x / 0.783x for the classic padded kernel
-// (smem_tiled) in the same run. The design bets, and what the measurements say of them:
+// The design bets:
 //   - 16-byte accesses on both sides (SASS: LDS.128 and STG.E.128, UTMALDG.2D for the loads): 4x
 //     fewer load/store instructions than the classic kernel, and every warp store writes full
 //     lines.
@@ -26,14 +23,11 @@
 //     (128 KiB), far past what Little's law asks (about 3-4 TB/s * ~1 us / 132 SMs = 25-30 KiB).
 //   - DRAM locality: tiles are handed out in groups of group_tile_rows tile rows (the GROUP_M
 //     rasterisation of matmul kernels), so the tiles in flight form a patch instead of whole tile
-//     rows. The sweep (opserve-bench --transpose-sweep) found the group size nearly irrelevant
-//     (mean 0.857-0.867x over 4..64) and the 256-byte L2 promotion the one knob that pays
-//     (mean 0.850x -> 0.872x); the best setting reached 0.884x / 0.889x, still under 0.95x.
-//     ncu (16384^2, default): DRAM throughput 76.8% of peak where the copy runs at ~89%.
+//     rows.
 //
 // Tile shape, raster group, L2 promotion and CTAs per SM are knobs (kernels/transpose_tma_tuning.h);
 // TransposeTma runs kDefaultTuning below (the sweep's best at the target shapes) for 4-byte
-// elements and the original settings for bf16.
+// elements and kDefaultTuningBf16, the one bf16 build, for 2-byte elements.
 //
 // Ragged edges: TMA zero-fills the out-of-bounds part of a box; consumers skip stores outside the
 // matrix. A box that lies wholly outside is not requested at all.
@@ -102,30 +96,13 @@ using Tile32x4Single4 = TileConfig<32, 4, 1, 4>;
 using Tile128x2Single = TileConfig<128, 2, 1>;
 using Tile256x2Single = TileConfig<256, 2, 1>;
 
-// What TransposeTma runs. 4-byte elements: the sweep's best setting at the target shapes
-// (opserve-bench --transpose-sweep, H200, 2026-11-22: 128 x 4 tiles, group 64, 256-byte L2
-// promotion, 1 CTA/SM: 570.5 us = 0.884x of the copy at 16384^2 (the old default 587.2 us,
-// 0.859x), 0.885x at 32768^2 (0.838x), 0.895x at 8192 x 32768 (0.860x); 0.801x at 4096^2 (0.766x)).
-// It was held back because one 3-CTA/SM variant (64 x 2, group 16, 128-byte promotion) failed its
-// element-wise check once at 16384^2. Reading the kernel for a race found none (NOTES_transpose.md:
-// every stage is refilled only after all 128 consumer threads' release arrivals of its previous
-// use, the phases cannot run two ahead, every thread arrives exactly once per tile, boxes that
-// were not loaded are never read), and the chosen setting never shares an SM between CTAs.
-// The sweep now checks every variant on every shape (3-CTA ones five times) to settle it.
-// 2-byte elements keep the original setting: only the 64 x 2 tile is built for them and none of
-// the sweep's settings was measured on bf16.
-//
-// Since 2026-11-23 (H100, opserve-bench --sweep_one_tile, two calls): one tile per CTA, 64 x 2
-// tiles in row-major order (group 1), 256-byte promotion: 0.943-0.944x of the copy at 16384^2 and
-// 32768^2 against 0.917-0.925x for the persistent setting above, 0.870x at 4096^2 (0.716-0.722x),
-// 0.941x at 8192 x 32768 (0.810-0.813x); every element-wise check exact. Blocks that each finish
-// one tile and are dispatched in tile order keep the DRAM traffic of neighbouring CTAs adjacent,
-// the pattern that made sum/chunked's reads faster.
-// Since the second sweep of 2026-11-23 (H100): the same tile walked column-major (group = the
-// whole tile column, group_tile_rows 0): 0.959x / 0.955x at 16384^2 / 32768^2, 0.960x at
-// 8192 x 32768, 0.868x at 4096^2, against 0.941x / 0.943x / 0.941x / 0.864x row-major in the same
-// call. Neighbouring CTAs then write neighbouring 256-byte pieces of the same 64 output rows
-// (the scattered side before) and read 64-row blocks one under the other.
+// What TransposeTma runs. 4-byte elements: the fastest setting the sweeps found at the target
+// shapes (NOTES_transpose.md): one tile per CTA, 64 x 2 tiles walked column-major (group = the
+// whole tile column), 256-byte promotion. CTAs that each finish one tile, dispatched in tile
+// order, keep neighbouring CTAs' DRAM traffic adjacent: they write neighbouring 256-byte pieces
+// of the same 64 output rows and read 64-row blocks one under the other.
+// 2-byte elements: the persistent 64 x 2 tile, the only bf16 build (the sweeps time 4-byte
+// elements only).
 constexpr TransposeTmaTuning kDefaultTuning{/*tile_rows=*/64, /*boxes=*/2, /*group_tile_rows=*/0,
                                             /*l2_promote_256=*/true, /*max_ctas_per_sm=*/1,
                                             /*one_tile_per_cta=*/true};
@@ -162,8 +139,7 @@ __device__ __forceinline__ void PrefetchTensorMap(const CUtensorMap* map) {
 
 // One 16-byte global store. Written out because nvcc 13.0 split some `*(uint4*)p = ...` stores of
 // this file into four 4-byte stores (seen in the PTX), which quadruples the store instructions.
-// (An evict-first variant, st.global.cs, was measured on 2026-11-23: equal or 0.1-0.3% slower at
-// the target shapes; removed. NOTES_transpose.md.)
+// A plain store, not evict-first (st.global.cs), which is no faster here (NOTES_transpose.md).
 __device__ __forceinline__ void StoreGlobal16(void* p, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
   asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(a), "r"(b), "r"(c), "r"(d)
                : "memory");
