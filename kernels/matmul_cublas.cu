@@ -19,10 +19,7 @@ cudaError_t ToCudaError(cublasStatus_t status) {
 
 // Points the handle at `stream` only when it is not there already: cublasSetStream also resets
 // the handle's workspace to the default pool, every time, and the server's handle is bound to its
-// worker's stream once, at creation. This was a guess at why the table's 8192^3 bf16 cuBLAS row
-// ran 14% slower than the benchmark's own GemmEx anchor on another handle (1.62 vs 1.42 ms,
-// H200); it did not move that gap (1.645 vs 1.445 ms after it), so the cause is still open
-// (PERFORMANCE.md). Kept because the reset it avoids is useless work.
+// worker's stream once, at creation, so the reset would be useless work.
 cudaError_t UseStream(cublasHandle_t handle, cudaStream_t stream) {
   cudaStream_t current = nullptr;
   if (Cublas()->get_stream(handle, &current) != CUBLAS_STATUS_SUCCESS) return cudaErrorUnknown;

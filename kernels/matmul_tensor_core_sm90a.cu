@@ -1,5 +1,6 @@
-// matmul on Hopper's tensor cores: wgmma (sm_90a) fed by TMA, warp-specialized. The large-shape
-// path of MatmulTensorCore (kernels/matmul_tensor_core.cu), which keeps mma.sync for the rest.
+// matmul on Hopper's tensor cores: wgmma (sm_90a) fed by TMA, warp-specialized. An algorithm of
+// its own: it runs the shapes MatmulTensorCoreSm90aSupports accepts and refuses the rest
+// (cudaErrorInvalidValue); it never hands a call to the mma.sync kernel (matmul_tensor_core.cu).
 //
 // Orientation. TF32 wgmma accepts only K-major operands in shared memory, and our B (row-major
 // K x N) is N-major. So the kernel computes the transposed product, D = C^T = B^T A^T:
@@ -22,9 +23,8 @@
 // moves registers from the producer to the consumers (128 accumulators each).
 //
 // Built for sm_90a only: the project's plain sm_90 pass compiles an empty kernel body, and the
-// host side checks that the kernel it would launch is the sm_90a one (see KernelIsSm90a).
+// host side checks that the kernel it would launch is the sm_90a one (see DeviceReady).
 #include <cuda.h>  // CUtensorMap and its enums only: the driver entry point is fetched at run time
-#include <cudaTypedefs.h>
 
 #include <atomic>
 #include <climits>
@@ -33,6 +33,9 @@
 
 #include "kernels/matmul.h"
 #include "kernels/matmul_common.cuh"
+#include "kernels/sm90/mbarrier.cuh"
+#include "kernels/sm90/tensor_map.h"
+#include "kernels/sm90/tma.cuh"
 
 namespace opserve::kernels::matmul {
 namespace {
@@ -89,43 +92,6 @@ struct Sm90Layout {
 
 constexpr int kGroupM = 8;        // tile rows per L2-friendly group of blocks
 constexpr int kRoundBarrier = 1;  // named barrier of the consumer threads (0 is __syncthreads)
-
-__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void MbarInit(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void MbarArriveExpectTx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void MbarArrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (done == 0);
-}
-
-// 2-D TMA copy of one box into shared memory, completing on `bar` (transaction bytes).
-__device__ __forceinline__ void TmaLoad2d(const CUtensorMap* map, uint32_t dst, uint32_t bar,
-                                          int c0, int c1) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%3, %4}], [%2];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1)
-      : "memory");
-}
 
 __device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -233,11 +199,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   __shared__ __align__(8) uint64_t empty_bar[kStages];  // "consumers are done with stage s"
 
   // The swizzled tiles and their descriptors assume 1024-byte aligned stages.
-  const uint32_t ring = (SmemAddr(smem_raw) + kSwizzleAtomBytes - 1) & ~(kSwizzleAtomBytes - 1u);
+  const uint32_t ring =
+      (sm90::SmemAddr(smem_raw) + kSwizzleAtomBytes - 1) & ~(kSwizzleAtomBytes - 1u);
   auto a_stage = [&](int s) { return ring + s * L::kStageBytes; };
   auto b_stage = [&](int s) { return ring + s * L::kStageBytes + L::kAStageBytes; };
-  auto full = [&](int s) { return SmemAddr(&full_bar[s]); };
-  auto empty = [&](int s) { return SmemAddr(&empty_bar[s]); };
+  auto full = [&](int s) { return sm90::SmemAddr(&full_bar[s]); };
+  auto empty = [&](int s) { return sm90::SmemAddr(&empty_bar[s]); };
 
   const TileCoord tile = GroupedTile(tiles_m, tiles_n, kGroupM);
   const int m0 = static_cast<int>(tile.m) * kBM;
@@ -247,11 +214,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      MbarInit(full(s), 1);                   // the producer's arrive.expect_tx
-      MbarInit(empty(s), kConsumerThreads);   // every consumer thread arrives
+      sm90::MbarInit(full(s), 1);                  // the producer's arrive.expect_tx
+      sm90::MbarInit(empty(s), kConsumerThreads);  // every consumer thread arrives
     }
-    // Make the initialised barriers visible to the async proxy (TMA's complete_tx).
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    sm90::FenceMbarInit();
   }
   __syncthreads();
 
@@ -263,14 +229,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int s = kt % kStages;
         const int round = kt / kStages;
         // Reuse of a stage waits for the consumers to release its previous chunk.
-        if (round > 0) MbarWait(empty(s), (round - 1) & 1);
-        MbarArriveExpectTx(full(s), L::kStageBytes);
+        if (round > 0) sm90::MbarWaitParity(empty(s), (round - 1) & 1);
+        sm90::MbarArriveExpectTx(full(s), L::kStageBytes);
         // Boxes past M, N or K are zero-filled by TMA and still count their full bytes.
-        TmaLoad2d(&a_map, a_stage(s), full(s), kt * L::kBK, m0);
+        sm90::TmaLoad2d(a_stage(s), &a_map, kt * L::kBK, m0, full(s));
 #pragma unroll
         for (int p = 0; p < L::kBPanels; ++p) {
-          TmaLoad2d(&b_map, b_stage(s) + p * L::kBPanelBytes, full(s), n0 + p * L::kBPanelCols,
-                    kt * L::kBK);
+          sm90::TmaLoad2d(b_stage(s) + p * L::kBPanelBytes, &b_map, n0 + p * L::kBPanelCols,
+                          kt * L::kBK, full(s));
         }
       }
     }
@@ -299,7 +265,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Wait until chunk kt has landed; for tf32, round its A tile to tf32 in place.
   auto prepare = [&](int kt) {
     const int s = kt % kStages;
-    MbarWait(full(s), (kt / kStages) & 1);
+    sm90::MbarWaitParity(full(s), (kt / kStages) & 1);
     if constexpr (std::is_same_v<T, float>) {
       constexpr int kVectors = L::kAStageBytes / 16 / kConsumerThreads;
       const uint32_t base = a_stage(s) + (consumer * 128 + ct) * 16;
@@ -363,7 +329,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (kt + 1 < k_tiles) prepare(kt + 1);
     WgmmaWaitAll();
     FenceAccumulators(acc);
-    MbarArrive(empty(s));
+    sm90::MbarArrive(empty(s));
   }
 
   // ---- Epilogue. acc[4j + r] is D[row][col] with row = group + 8 * (r / 2) of this warp's 16
@@ -384,42 +350,17 @@ __global__ void __launch_bounds__(kThreads, 1)
 // ------------------------------------------------------------------------------------------
 // Host side.
 
-using EncodeTiledFn = PFN_cuTensorMapEncodeTiled_v12000;
-
-// cuTensorMapEncodeTiled lives in the driver, which the project never links directly.
-EncodeTiledFn EncodeTiled() {
-  static const EncodeTiledFn fn = []() -> EncodeTiledFn {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault,
-                                         &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      (void)cudaGetLastError();  // not fatal: the mma.sync path runs instead
-      return nullptr;
-    }
-    return reinterpret_cast<EncodeTiledFn>(p);
-  }();
-  return fn;
-}
-
 template <typename T>
 constexpr CUtensorMapDataType kTmaType =
     std::is_same_v<T, float> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
 
-// Row-major [rows][cols] matrix, boxes of [box_rows][box_cols] in the 128-byte swizzle.
+// Row-major [rows][cols] matrix, boxes of [box_rows][box_cols] in the 128-byte swizzle, zero
+// outside the matrix.
 template <typename T>
 bool MakeTensorMap(CUtensorMap* map, const T* base, int64_t rows, int64_t cols, int box_rows,
                    int box_cols) {
-  const EncodeTiledFn encode = EncodeTiled();
-  if (encode == nullptr) return false;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * sizeof(T)};  // bytes, row 1+
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t element_strides[2] = {1, 1};
-  return encode(map, kTmaType<T>, 2, const_cast<T*>(base), dims, strides, box, element_strides,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;  // OOB reads as zero
+  return sm90::EncodeSwizzled128(map, kTmaType<T>, base, rows, cols, static_cast<int>(sizeof(T)),
+                                 box_rows, box_cols, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
 }
 
 // Per device and dtype: 0 = not checked yet, 1 = usable, -1 = not usable.
@@ -450,7 +391,8 @@ bool DeviceReady() {
       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess &&
       cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) ==
           cudaSuccess &&
-      major == 9 && minor == 0 && smem_optin >= L::kSmemBytes && EncodeTiled() != nullptr &&
+      major == 9 && minor == 0 && smem_optin >= L::kSmemBytes &&
+      sm90::EncodeTiledFn() != nullptr &&
       cudaFuncGetAttributes(&attr, matmul_tensor_core_sm90a_kernel<T>) == cudaSuccess &&
       attr.numRegs >= kMinRegsOfRealKernel &&
       cudaFuncSetAttribute(matmul_tensor_core_sm90a_kernel<T>,

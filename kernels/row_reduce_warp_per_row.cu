@@ -130,9 +130,8 @@ __device__ __forceinline__ void ReduceGroupTile(const GroupTile<In, kAligned>& t
 
 // Software-pipelined over the warp's tiles: the loads of its next tile are issued before the
 // current tile's shuffles and stores, so each lane keeps kRowsPerLane to 2 * kRowsPerLane rows'
-// loads in flight the whole time instead of kRowsPerLane then none (ncu on the unpipelined
-// version, 1048576 x 64 floats: one batch in flight per warp, 86% of DRAM peak). Two named
-// buffers, not `cur = next`: a register copy of a pending load would wait for it at the copy.
+// loads in flight the whole time instead of kRowsPerLane then none. Two named buffers, not
+// `cur = next`: a register copy of a pending load would wait for it at the copy.
 template <int kGroup, typename In, bool kAligned, typename Out, typename Finish>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
 row_reduce_group_kernel(const In* __restrict__ d_in, Out* __restrict__ d_out, int64_t rows,

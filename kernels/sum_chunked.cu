@@ -2,20 +2,17 @@
 // thread, whatever the element type: 4096 float or int32 elements, 2048 int64, 8192 bf16), a
 // grid of as many blocks as chunks, and a two-level finish by the last blocks to end.
 //
-// Why a chunk per block (kernels/NOTES_sum.md, "chunked"): on the lent H100, reading memory as
-// consecutive blocks that each take one contiguous 16 KiB piece ran at 3157-3169 GB/s (CUB's
-// segmented reduce over 65536 rows of 4096 floats, and the same pattern hand-written), while the
-// grid-stride pattern of CUB's DeviceReduce, sum_vectorized and the benchmark's read stream ran at
-// 3084-3095 GB/s on the same GPU in the same run: each block's loads stay inside a few DRAM pages
-// and the blocks sweep memory in dispatch order. Persistent grids walking 16 KiB pieces (strided
-// or contiguous per block) were slower still (2972-3088 GB/s).
+// Why a chunk per block (kernels/NOTES_sum.md, "chunked"): consecutive blocks that each read one
+// contiguous 16 KiB piece read memory faster than a grid-stride loop (CUB's DeviceReduce,
+// sum_vectorized) or a persistent grid walking 16 KiB pieces: each block's loads stay inside a
+// few DRAM pages and the blocks sweep memory in dispatch order.
 //
 // The finish, without a second launch: blocks are grouped kGroup at a time. Each block writes its
 // partial and counts itself done in its group; the group's last block adds the group's partials
 // in index order and counts the group done; the last group adds the group totals in index order.
 // The counters (one per group, one for the groups) live in the caller's scratch and are zeroed by
-// one cudaMemsetAsync per launch: a few microseconds against the ~1.4 ms of a 4 GiB sum, the size
-// this algorithm is for (auto keeps vectorized for small inputs, op_table.cc).
+// one cudaMemsetAsync per launch: a few microseconds, small against the multi-GiB sums this
+// algorithm is for.
 //
 // Deterministic: the chunking is a function of n and of the input's offset from a 16-byte boundary
 // (the scalar head), each thread and each block add in a fixed order, and both finishing levels

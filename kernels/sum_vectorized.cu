@@ -13,8 +13,8 @@
 // that cannot be keyed that way (the default streams, whose meaning depends on the caller's
 // compile flags and thread; a stream being captured into a graph, which may be replayed
 // concurrently; more than kCounterSlots streams) use a counter in the caller's scratch zeroed by a
-// 4-byte memset, as before. Why (opserve-bench, H200, 2026-11-22): at 2^20 floats the memset
-// node was a second serial device operation in a 7.9 us sum.
+// 4-byte memset. Why: on a small input the memset node is a second serial device operation in a
+// sum of a few microseconds (NOTES_sum.md).
 //
 // Work mapping (grid-wide strip mining, as CUB's reduce agent does per tile): round r, slot u of
 // thread g reads vector (r * kUnroll + u) * total_threads + g, so every warp load is one coalesced
@@ -23,17 +23,16 @@
 // before the first 16-byte boundary and after the last full vector (fewer than one vector's lanes
 // each) go to block 0.
 //
-// Why the last block finishes instead of a second launch (opserve-bench, H200, 2026-11-22): at
-// n = 2^30 it took the two-launch version from 930 us (0.998x CUB) to 927.5-928.4 us (1.001-1.002x
-// CUB). At n = 2^20 it gained nothing (8.4 -> 8.6 us int32, 7.9 -> 7.9 us float): the fence,
-// the counter's atomic and the last block's read of the partials cost what the launch gap did.
+// Why the last block finishes instead of a second launch: on large inputs it saves the launch
+// gap; on small ones the fence, the counter's atomic and the last block's read of the partials
+// cost about what the gap does (NOTES_sum.md).
 //
 // Deterministic: the grid is a function of n and the SM count only, each thread and block adds in
 // a fixed order, and the last block (whichever it is) adds the partials in the order of their
-// index, the same order the former second pass used. Float accuracy: each round's
-// lanes * kUnroll values are summed as a tree before one add into the running sum, so the serial
-// chain is about n / (lanes * kUnroll * total_threads) adds (~250 at n = 2^30 floats on 132 SMs;
-// half that for bf16, whose 8 lanes a vector are added in float).
+// index. Float accuracy: each round's lanes * kUnroll values are summed as a tree before one add
+// into the running sum, so the serial chain is about n / (lanes * kUnroll * total_threads) adds
+// (~250 at n = 2^30 floats on 132 SMs; half that for bf16, whose 8 lanes a vector are added in
+// float).
 #include <cstdint>
 #include <map>
 #include <mutex>

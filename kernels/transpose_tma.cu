@@ -1,8 +1,7 @@
 // transpose, TMA (sm_90): a warp-specialised kernel, run either as a persistent pipeline
-// (several stages per CTA, a grid of one wave; the bf16 default) or, the 4-byte default since
-// 2026-11-23, as one single-stage CTA per tile with a grid of every tile, tiles walked
-// column-major (one_tile_per_cta: 0.955-0.961x of the copy on the H100 against 0.917-0.927x
-// persistent; NOTES_transpose.md).
+// (several stages per CTA, a grid of one wave; the bf16 default) or, the 4-byte default, as one
+// single-stage CTA per tile with a grid of every tile, tiles walked column-major
+// (one_tile_per_cta; NOTES_transpose.md says why).
 // The description below is of the persistent form; the one-tile form runs the same producer and
 // consumers over exactly one tile.
 //
@@ -16,9 +15,7 @@
 //     kVec output rows. One warp store instruction covers whole 128-byte lines (fp32) or
 //     64-byte half lines (bf16).
 //
-// Measured (opserve-bench, H200, 2026-11-22; D2D copy 4256 GB/s read + written): 0.860x of the
-// copy at 16384^2 and 0.841x at 32768^2, against 0.790x / 0.783x for the classic padded kernel
-// (smem_tiled) in the same run. The design bets, and what the measurements say of them:
+// The design bets:
 //   - 16-byte accesses on both sides (SASS: LDS.128 and STG.E.128, UTMALDG.2D for the loads): 4x
 //     fewer load/store instructions than the classic kernel, and every warp store writes full
 //     lines.
@@ -26,14 +23,11 @@
 //     (128 KiB), far past what Little's law asks (about 3-4 TB/s * ~1 us / 132 SMs = 25-30 KiB).
 //   - DRAM locality: tiles are handed out in groups of group_tile_rows tile rows (the GROUP_M
 //     rasterisation of matmul kernels), so the tiles in flight form a patch instead of whole tile
-//     rows. The sweep (opserve-bench --transpose-sweep) found the group size nearly irrelevant
-//     (mean 0.857-0.867x over 4..64) and the 256-byte L2 promotion the one knob that pays
-//     (mean 0.850x -> 0.872x); the best setting reached 0.884x / 0.889x, still under 0.95x.
-//     ncu (16384^2, default): DRAM throughput 76.8% of peak where the copy runs at ~89%.
+//     rows.
 //
 // Tile shape, raster group, L2 promotion and CTAs per SM are knobs (kernels/transpose_tma_tuning.h);
 // TransposeTma runs kDefaultTuning below (the sweep's best at the target shapes) for 4-byte
-// elements and the original settings for bf16.
+// elements and kDefaultTuningBf16, the one bf16 build, for 2-byte elements.
 //
 // Ragged edges: TMA zero-fills the out-of-bounds part of a box; consumers skip stores outside the
 // matrix. A box that lies wholly outside is not requested at all.
@@ -45,12 +39,14 @@
 //   - rows * elem_bytes % 16 != 0 or d_out not 16-byte aligned: the input still goes through TMA,
 //     but output rows are not 16-byte aligned, so each element is stored on its own.
 #include <cuda.h>  // CUtensorMap and its enums: types only, libcuda is never linked
-#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled_v12000
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/sm90/mbarrier.cuh"
+#include "kernels/sm90/tensor_map.h"
+#include "kernels/sm90/tma.cuh"
 #include "kernels/transpose.h"
 #include "kernels/transpose_common.cuh"
 #include "kernels/transpose_tma_tuning.h"
@@ -100,30 +96,13 @@ using Tile32x4Single4 = TileConfig<32, 4, 1, 4>;
 using Tile128x2Single = TileConfig<128, 2, 1>;
 using Tile256x2Single = TileConfig<256, 2, 1>;
 
-// What TransposeTma runs. 4-byte elements: the sweep's best setting at the target shapes
-// (opserve-bench --transpose-sweep, H200, 2026-11-22: 128 x 4 tiles, group 64, 256-byte L2
-// promotion, 1 CTA/SM: 570.5 us = 0.884x of the copy at 16384^2 (the old default 587.2 us,
-// 0.859x), 0.885x at 32768^2 (0.838x), 0.895x at 8192 x 32768 (0.860x); 0.801x at 4096^2 (0.766x)).
-// It was held back because one 3-CTA/SM variant (64 x 2, group 16, 128-byte promotion) failed its
-// element-wise check once at 16384^2. Reading the kernel for a race found none (NOTES_transpose.md:
-// every stage is refilled only after all 128 consumer threads' release arrivals of its previous
-// use, the phases cannot run two ahead, every thread arrives exactly once per tile, boxes that
-// were not loaded are never read), and the chosen setting never shares an SM between CTAs.
-// The sweep now checks every variant on every shape (3-CTA ones five times) to settle it.
-// 2-byte elements keep the original setting: only the 64 x 2 tile is built for them and none of
-// the sweep's settings was measured on bf16.
-//
-// Since 2026-11-23 (H100, opserve-bench --sweep_one_tile, two calls): one tile per CTA, 64 x 2
-// tiles in row-major order (group 1), 256-byte promotion: 0.943-0.944x of the copy at 16384^2 and
-// 32768^2 against 0.917-0.925x for the persistent setting above, 0.870x at 4096^2 (0.716-0.722x),
-// 0.941x at 8192 x 32768 (0.810-0.813x); every element-wise check exact. Blocks that each finish
-// one tile and are dispatched in tile order keep the DRAM traffic of neighbouring CTAs adjacent,
-// the pattern that made sum/chunked's reads faster.
-// Since the second sweep of 2026-11-23 (H100): the same tile walked column-major (group = the
-// whole tile column, group_tile_rows 0): 0.959x / 0.955x at 16384^2 / 32768^2, 0.960x at
-// 8192 x 32768, 0.868x at 4096^2, against 0.941x / 0.943x / 0.941x / 0.864x row-major in the same
-// call. Neighbouring CTAs then write neighbouring 256-byte pieces of the same 64 output rows
-// (the scattered side before) and read 64-row blocks one under the other.
+// What TransposeTma runs. 4-byte elements: the fastest setting the sweeps found at the target
+// shapes (NOTES_transpose.md): one tile per CTA, 64 x 2 tiles walked column-major (group = the
+// whole tile column), 256-byte promotion. CTAs that each finish one tile, dispatched in tile
+// order, keep neighbouring CTAs' DRAM traffic adjacent: they write neighbouring 256-byte pieces
+// of the same 64 output rows and read 64-row blocks one under the other.
+// 2-byte elements: the persistent 64 x 2 tile, the only bf16 build (the sweeps time 4-byte
+// elements only).
 constexpr TransposeTmaTuning kDefaultTuning{/*tile_rows=*/64, /*boxes=*/2, /*group_tile_rows=*/0,
                                             /*l2_promote_256=*/true, /*max_ctas_per_sm=*/1,
                                             /*one_tile_per_cta=*/true};
@@ -152,67 +131,15 @@ struct TileShape<uint16_t> {
   static constexpr CUtensorMapDataType kDataType = CU_TENSOR_MAP_DATA_TYPE_UINT16;
 };
 
-// ---- PTX wrappers (sm_90) ----
-
-__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void MbarInit(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(SmemAddr(bar)), "r"(count) : "memory");
-}
-
-// Makes the initialised barriers visible to the async proxy (TMA) and the other threads.
-__device__ __forceinline__ void FenceMbarInit() {
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
-
-__device__ __forceinline__ void MbarArriveExpectTx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(SmemAddr(bar)),
-               "r"(bytes)
-               : "memory");
-}
-
-// Release semantics: this thread's earlier shared-memory reads are done before the arrival counts.
-__device__ __forceinline__ void MbarArrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(SmemAddr(bar)) : "memory");
-}
-
-// Waits for the phase of the given parity to complete (acquire: the completed phase's writes,
-// TMA's included, are visible afterwards). A fresh barrier counts its "previous" phase (parity 1)
-// as complete, which is how the producer's first pass over the stages goes through at once.
-__device__ __forceinline__ void MbarWait(uint64_t* bar, uint32_t parity) {
-  const uint32_t addr = SmemAddr(bar);
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n\t.reg .pred p;\n\t"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-        "selp.u32 %0, 1, 0, p;\n\t}"
-        : "=r"(done)
-        : "r"(addr), "r"(parity)
-        : "memory");
-  } while (done == 0);
-}
+// ---- PTX wrappers used by this kernel alone (the shared ones are in kernels/sm90/) ----
 
 __device__ __forceinline__ void PrefetchTensorMap(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
 
-// Loads the box at (x = column, y = row) into shared memory; completion is counted in bytes on bar.
-__device__ __forceinline__ void TmaLoad2d(void* dst, const CUtensorMap* map, int32_t x, int32_t y,
-                                          uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%2, %3}], [%4];" ::"r"(SmemAddr(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(SmemAddr(bar))
-      : "memory");
-}
-
 // One 16-byte global store. Written out because nvcc 13.0 split some `*(uint4*)p = ...` stores of
 // this file into four 4-byte stores (seen in the PTX), which quadruples the store instructions.
-// (An evict-first variant, st.global.cs, was measured on 2026-11-23: equal or 0.1-0.3% slower at
-// the target shapes; removed. NOTES_transpose.md.)
+// A plain store, not evict-first (st.global.cs), which is no faster here (NOTES_transpose.md).
 __device__ __forceinline__ void StoreGlobal16(void* p, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
   asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(a), "r"(b), "r"(c), "r"(d)
                : "memory");
@@ -287,7 +214,7 @@ __device__ __forceinline__ void ConsumeTile(const uint8_t* stage, uint64_t* empt
         v[j][i][3] = q.w;
       }
     }
-    if (j0 + kBatch == kBlocks) MbarArrive(empty);  // the stage may be refilled while we store
+    if (j0 + kBatch == kBlocks) sm90::MbarArrive(empty);  // the stage may be refilled now
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
       if (!live[j]) continue;
@@ -348,7 +275,7 @@ __device__ __forceinline__ void ConsumeTile(const uint8_t* stage, uint64_t* empt
       v[i][3] = q.w;
     }
   }
-  MbarArrive(empty);  // the stage may be refilled while we store
+  sm90::MbarArrive(empty);  // the stage may be refilled while we store
   if (!live) return;
   const int64_t out_c = r0 + rh * 32 + br * kVec;  // first output column (= input row)
 #pragma unroll
@@ -387,7 +314,8 @@ __global__ void __launch_bounds__(kThreads, Config::kMinCtas)
   extern __shared__ uint8_t smem_raw[];
   // Align the stages to 1024 bytes by hand (kSmemBytes reserves the slack): the alignment of the
   // dynamic shared-memory base is not something to rely on.
-  uint8_t* smem = smem_raw + ((kSmemAlign - (SmemAddr(smem_raw) & (kSmemAlign - 1))) & (kSmemAlign - 1));
+  uint8_t* smem =
+      smem_raw + ((kSmemAlign - (sm90::SmemAddr(smem_raw) & (kSmemAlign - 1))) & (kSmemAlign - 1));
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * Config::kTileBytes);
   uint64_t* empty = full + kStages;
   const int warp = threadIdx.x / 32;
@@ -395,10 +323,10 @@ __global__ void __launch_bounds__(kThreads, Config::kMinCtas)
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      MbarInit(&full[s], 1);                   // the producer's arrive (+ the TMA bytes)
-      MbarInit(&empty[s], kConsumerThreads);  // every consumer thread's arrive
+      sm90::MbarInit(&full[s], 1);                  // the producer's arrive (+ the TMA bytes)
+      sm90::MbarInit(&empty[s], kConsumerThreads);  // every consumer thread's arrive
     }
-    FenceMbarInit();
+    sm90::FenceMbarInit();
   }
   __syncthreads();  // the only block-wide barrier: below, the roles part ways
 
@@ -417,11 +345,11 @@ __global__ void __launch_bounds__(kThreads, Config::kMinCtas)
       const int64_t left = cols - c0;
       const int boxes = left >= kTileCols ? Config::kBoxes
                                           : static_cast<int>((left + kBoxCols - 1) / kBoxCols);
-      MbarWait(&empty[stage], phase ^ 1);  // all consumers are done reading this stage
-      MbarArriveExpectTx(&full[stage], boxes * Config::kBoxBytes);
+      sm90::MbarWaitParity(&empty[stage], phase ^ 1);  // all consumers are done reading this stage
+      sm90::MbarArriveExpectTx(&full[stage], boxes * Config::kBoxBytes);
       uint8_t* dst = smem + stage * Config::kTileBytes;
       for (int b = 0; b < boxes; ++b) {
-        TmaLoad2d(dst + b * Config::kBoxBytes, &in_map, c0 + b * kBoxCols, r0, &full[stage]);
+        sm90::TmaLoad2d(dst + b * Config::kBoxBytes, &in_map, c0 + b * kBoxCols, r0, &full[stage]);
       }
       if (++stage == kStages) {
         stage = 0;
@@ -439,7 +367,7 @@ __global__ void __launch_bounds__(kThreads, Config::kMinCtas)
     TileCoords(tile, tiles_x, tiles_y, group_rows, &ty, &tx);
     const int64_t r0 = static_cast<int64_t>(ty) * Config::kRows;
     const int64_t c0 = static_cast<int64_t>(tx) * kTileCols;
-    MbarWait(&full[stage], phase);
+    sm90::MbarWaitParity(&full[stage], phase);
     ConsumeTile<Config, kVectorStore>(smem + stage * Config::kTileBytes, &empty[stage], out, rows,
                                       cols, r0, c0, warp, lane);
     if (++stage == kStages) {
@@ -449,26 +377,9 @@ __global__ void __launch_bounds__(kThreads, Config::kMinCtas)
   }
 }
 
-// cuTensorMapEncodeTiled from the driver, looked up once through the runtime (never linking
-// libcuda). nullptr when the driver does not provide it.
-PFN_cuTensorMapEncodeTiled_v12000 EncodeTiledFn() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult query = cudaDriverEntryPointSymbolNotFound;
-    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000,
-                                                             cudaEnableDefault, &query);
-    if (err != cudaSuccess) (void)cudaGetLastError();  // leave no stale error for the launch check
-    return err == cudaSuccess && query == cudaDriverEntryPointSuccess
-               ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p)
-               : nullptr;
-  }();
-  return fn;
-}
-
 template <typename T, typename Config>
 cudaError_t LaunchTma(const TransposeTmaTuning& tuning, const void* d_in, void* d_out,
-                      int64_t rows, int64_t cols, int device,
-                      PFN_cuTensorMapEncodeTiled_v12000 encode, cudaStream_t stream,
+                      int64_t rows, int64_t cols, int device, cudaStream_t stream,
                       bool* launched) {
   *launched = false;
   constexpr int kEb = static_cast<int>(sizeof(T));
@@ -479,23 +390,17 @@ cudaError_t LaunchTma(const TransposeTmaTuning& tuning, const void* d_in, void* 
   // 2^31-tile fp32 matrix would be 2^45 bytes.
   if (tiles_x * tiles_y >= (uint64_t{1} << 31)) return cudaSuccess;  // not launched: refused
 
-  // Dimension 0 is the contiguous one (columns); boxes are 128 bytes x kRows rows.
+  // Boxes are 128 bytes x kRows rows. 128-byte promotion fetches each box row as one whole line;
+  // 256 bytes also fetches the neighbouring box's line (when rows are not 256-byte aligned it
+  // re-reads half a line of the previous tile from DRAM). Chosen by measurement
+  // (tuning.l2_promote_256).
   CUtensorMap map;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * kEb};
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(TileShape<T>::kBoxCols),
-                             static_cast<cuuint32_t>(Config::kRows)};
-  const cuuint32_t elem_strides[2] = {1, 1};
-  // 128-byte promotion fetches each box row as one whole line; 256 bytes also fetches the
-  // neighbouring box's line (when rows are not 256-byte aligned it re-reads half a line of the
-  // previous tile from DRAM). Chosen by measurement (tuning.l2_promote_256).
-  const CUresult res = encode(&map, TileShape<T>::kDataType, 2, const_cast<void*>(d_in), dims,
-                              strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                              CU_TENSOR_MAP_SWIZZLE_128B,
-                              tuning.l2_promote_256 ? CU_TENSOR_MAP_L2_PROMOTION_L2_256B
-                                                    : CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-                              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (res != CUDA_SUCCESS) return cudaSuccess;  // not launched: refused
+  if (!sm90::EncodeSwizzled128(&map, TileShape<T>::kDataType, d_in, rows, cols, kEb,
+                               Config::kRows, TileShape<T>::kBoxCols,
+                               tuning.l2_promote_256 ? CU_TENSOR_MAP_L2_PROMOTION_L2_256B
+                                                     : CU_TENSOR_MAP_L2_PROMOTION_L2_128B)) {
+    return cudaSuccess;  // not launched: refused
+  }
 
   // Output rows start 16-byte aligned only if rows * elem_bytes is a multiple of 16.
   const bool vector_store =
@@ -533,7 +438,7 @@ cudaError_t LaunchTma(const TransposeTmaTuning& tuning, const void* d_in, void* 
 }
 
 using LaunchFn = cudaError_t (*)(const TransposeTmaTuning&, const void*, void*, int64_t, int64_t,
-                                 int, PFN_cuTensorMapEncodeTiled_v12000, cudaStream_t, bool*);
+                                 int, cudaStream_t, bool*);
 
 // Every fp32 build, described by its config: a new tile is one `using` above plus one entry here.
 struct Fp32Build {
@@ -558,8 +463,7 @@ constexpr Fp32Build kFp32Builds[] = {
 // The fp32 build the tuning names; cudaErrorInvalidValue when there is none. One-tile tunings with
 // max_ctas_per_sm >= 4 take the register-capped build where one exists.
 cudaError_t LaunchTmaFp32(const TransposeTmaTuning& t, const void* d_in, void* d_out, int64_t rows,
-                          int64_t cols, int device, PFN_cuTensorMapEncodeTiled_v12000 encode,
-                          cudaStream_t stream, bool* launched) {
+                          int64_t cols, int device, cudaStream_t stream, bool* launched) {
   const Fp32Build* found = nullptr;
   for (const Fp32Build& b : kFp32Builds) {
     if (b.tile_rows != t.tile_rows || b.boxes != t.boxes || b.one_tile != t.one_tile_per_cta) {
@@ -572,7 +476,17 @@ cudaError_t LaunchTmaFp32(const TransposeTmaTuning& t, const void* d_in, void* d
     if (!b.regs4 && found == nullptr) found = &b;
   }
   if (found == nullptr) return cudaErrorInvalidValue;
-  return found->launch(t, d_in, d_out, rows, cols, device, encode, stream, launched);
+  return found->launch(t, d_in, d_out, rows, cols, device, stream, launched);
+}
+
+// bf16 has one build, the persistent 64 x 2 tile; cudaErrorInvalidValue for a tuning that names
+// another tile or the one-tile-per-CTA form, rather than running this one in its place.
+cudaError_t LaunchTmaBf16(const TransposeTmaTuning& t, const void* d_in, void* d_out, int64_t rows,
+                          int64_t cols, int device, cudaStream_t stream, bool* launched) {
+  if (t.tile_rows != Tile64x2::kRows || t.boxes != Tile64x2::kBoxes || t.one_tile_per_cta) {
+    return cudaErrorInvalidValue;
+  }
+  return LaunchTma<uint16_t, Tile64x2>(t, d_in, d_out, rows, cols, device, stream, launched);
 }
 
 }  // namespace
@@ -598,13 +512,11 @@ cudaError_t TransposeTmaTuned(const TransposeTmaTuning& tuning, const void* d_in
   int major = 0;
   err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
   if (err != cudaSuccess) return err;
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = major >= 9 ? EncodeTiledFn() : nullptr;
-  if (encode == nullptr) return cudaErrorNotSupported;
+  if (major < 9 || sm90::EncodeTiledFn() == nullptr) return cudaErrorNotSupported;
   bool launched = false;
   err = elem_bytes == 4
-            ? LaunchTmaFp32(tuning, d_in, d_out, rows, cols, device, encode, stream, &launched)
-            : LaunchTma<uint16_t, Tile64x2>(tuning, d_in, d_out, rows, cols, device, encode,
-                                            stream, &launched);
+            ? LaunchTmaFp32(tuning, d_in, d_out, rows, cols, device, stream, &launched)
+            : LaunchTmaBf16(tuning, d_in, d_out, rows, cols, device, stream, &launched);
   if (err == cudaSuccess && !launched) return cudaErrorInvalidValue;
   return err;
 }

@@ -10,8 +10,9 @@ namespace opserve::kernels {
 struct TransposeTmaTuning {
   // FLOAT32/INT32 tile: tile_rows x (boxes * 32) elements, each box 128 bytes wide. Supported
   // by the persistent form: (64, 2), (64, 4), (128, 2), (128, 4); one tile per CTA: see below.
-  // BFLOAT16 always runs 64 x (2 * 64), persistent, and ignores the other knobs but the group,
-  // the promotion and max_ctas_per_sm.
+  // BFLOAT16 has one build, 64 x (2 * 64), persistent: a tuning for it must name (64, 2) and
+  // one_tile_per_cta = false (cudaErrorInvalidValue otherwise); the group, the promotion and
+  // max_ctas_per_sm apply.
   int tile_rows = 64;
   int boxes = 2;
   // Tiles are handed out walking down groups of this many tile rows; 0 (or less), or more than
