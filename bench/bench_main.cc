@@ -49,13 +49,13 @@
 #include "server/cuda/cuda_backend.h"
 #include "server/ops.h"
 #include "server/tensor.h"
-#include "tests/bench/bench.h"
-#include "tests/bench/bench_device.h"
-#include "tests/bench/ceilings.h"
+#include "bench/bench.h"
+#include "bench/bench_device.h"
+#include "bench/ceilings.h"
 #include "kernels/transpose.h"
 #include "kernels/transpose_tma_tuning.h"
 #if OPSERVE_BENCH_SERVICE
-#include "tests/bench/service_bench.h"
+#include "bench/service_bench.h"
 #endif
 
 namespace opserve::bench {
