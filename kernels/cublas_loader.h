@@ -32,7 +32,7 @@ void CublasDestroyHandle(void* handle);
 // Gives the handle a workspace of its own (device memory the caller owns and keeps alive, stream
 // ordered on the handle's stream; NVIDIA recommends 32 MiB on Hopper) instead of cuBLAS's default
 // pool. Call it after every cublasSetStream, which resets the workspace. The server's handle
-// keeps the default pool; opserve-bench --ops=cublas_handles compares the two (NOTES_matmul.md).
+// keeps the default pool; opserve-bench --ops=cublas_handles compares the two (docs/performance/matmul.md).
 cudaError_t CublasSetWorkspace(void* handle, void* d_workspace, size_t bytes);
 
 }  // namespace opserve::kernels

@@ -40,7 +40,7 @@ constexpr int kNarrowThreads = 32;   // many rows, rows of < kNarrowMaxBytes
 constexpr int kMediumThreads = 128;  // many rows, longer rows
 constexpr int64_t kNarrowMaxBytes = 1024 * 4;  // llama.cpp's ncols < 1024 (floats)
 // Not llama.cpp: many rows of >= 32 KiB also take 512 threads, so such a row is one round of
-// 4 loads a thread in one block, not two rounds of a 128-thread block (NOTES_row_reduce.md).
+// 4 loads a thread in one block, not two rounds of a 128-thread block (docs/performance/row_reduce.md).
 // Not for 16 KiB rows: 2 loads a thread in 2 resident 512-thread blocks (the 64-register cap) are
 // too few bytes in flight.
 constexpr int64_t kWideMinBytes = 8192 * 4;

@@ -2,7 +2,7 @@
 // thread, whatever the element type: 4096 float or int32 elements, 2048 int64, 8192 bf16), a
 // grid of as many blocks as chunks, and a two-level finish by the last blocks to end.
 //
-// Why a chunk per block (kernels/NOTES_sum.md, "chunked"): consecutive blocks that each read one
+// Why a chunk per block (docs/performance/sum.md, "chunked"): consecutive blocks that each read one
 // contiguous 16 KiB piece read memory faster than a grid-stride loop (CUB's DeviceReduce,
 // sum_vectorized) or a persistent grid walking 16 KiB pieces: each block's loads stay inside a
 // few DRAM pages and the blocks sweep memory in dispatch order.

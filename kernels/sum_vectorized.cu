@@ -14,7 +14,7 @@
 // compile flags and thread; a stream being captured into a graph, which may be replayed
 // concurrently; more than kCounterSlots streams) use a counter in the caller's scratch zeroed by a
 // 4-byte memset. Why: on a small input the memset node is a second serial device operation in a
-// sum of a few microseconds (NOTES_sum.md).
+// sum of a few microseconds (docs/performance/sum.md).
 //
 // Work mapping (grid-wide strip mining, as CUB's reduce agent does per tile): round r, slot u of
 // thread g reads vector (r * kUnroll + u) * total_threads + g, so every warp load is one coalesced
@@ -25,7 +25,7 @@
 //
 // Why the last block finishes instead of a second launch: on large inputs it saves the launch
 // gap; on small ones the fence, the counter's atomic and the last block's read of the partials
-// cost about what the gap does (NOTES_sum.md).
+// cost about what the gap does (docs/performance/sum.md).
 //
 // Deterministic: the grid is a function of n and the SM count only, each thread and block adds in
 // a fixed order, and the last block (whichever it is) adds the partials in the order of their

@@ -1,7 +1,7 @@
 // transpose, TMA (sm_90): a warp-specialised kernel, run either as a persistent pipeline
 // (several stages per CTA, a grid of one wave; the bf16 default) or, the 4-byte default, as one
 // single-stage CTA per tile with a grid of every tile, tiles walked column-major
-// (one_tile_per_cta; NOTES_transpose.md says why).
+// (one_tile_per_cta; docs/performance/transpose.md says why).
 // The description below is of the persistent form; the one-tile form runs the same producer and
 // consumers over exactly one tile.
 //
@@ -35,7 +35,7 @@
 // Shapes (TransposeTmaSupports):
 //   - cols * elem_bytes % 16 != 0, rows or cols >= 2^31, 8-byte elements: TMA cannot describe the
 //     input (or this file has no consumer for it), and the launcher refuses the call; the server
-//     runs smem_tiled for such shapes instead and reports that it did (server/op_table.cc).
+//     runs smem_tiled for such shapes instead and reports that it did (server/ops/transpose.cc).
 //   - rows * elem_bytes % 16 != 0 or d_out not 16-byte aligned: the input still goes through TMA,
 //     but output rows are not 16-byte aligned, so each element is stored on its own.
 #include <cuda.h>  // CUtensorMap and its enums: types only, libcuda is never linked
@@ -97,7 +97,7 @@ using Tile128x2Single = TileConfig<128, 2, 1>;
 using Tile256x2Single = TileConfig<256, 2, 1>;
 
 // What TransposeTma runs. 4-byte elements: the fastest setting the sweeps found at the target
-// shapes (NOTES_transpose.md): one tile per CTA, 64 x 2 tiles walked column-major (group = the
+// shapes (docs/performance/transpose.md): one tile per CTA, 64 x 2 tiles walked column-major (group = the
 // whole tile column), 256-byte promotion. CTAs that each finish one tile, dispatched in tile
 // order, keep neighbouring CTAs' DRAM traffic adjacent: they write neighbouring 256-byte pieces
 // of the same 64 output rows and read 64-row blocks one under the other.
@@ -139,7 +139,7 @@ __device__ __forceinline__ void PrefetchTensorMap(const CUtensorMap* map) {
 
 // One 16-byte global store. Written out because nvcc 13.0 split some `*(uint4*)p = ...` stores of
 // this file into four 4-byte stores (seen in the PTX), which quadruples the store instructions.
-// A plain store, not evict-first (st.global.cs), which is no faster here (NOTES_transpose.md).
+// A plain store, not evict-first (st.global.cs), which is no faster here (docs/performance/transpose.md).
 __device__ __forceinline__ void StoreGlobal16(void* p, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
   asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(a), "r"(b), "r"(c), "r"(d)
                : "memory");

@@ -15,7 +15,7 @@ mkdir -p "$stage/opserve/bin" "$stage/opserve/lib"
 
 bins=()
 for b in server/opserve client/opserve-cli tests/gpu/gpu_test tests/e2e/e2e_test tests/unit/unit_test \
-         tests/bench/opserve-bench tests/bench/diag/opserve-row-patterns tests/bench/diag/opserve-execute-floor; do
+         bench/opserve-bench bench/diag/opserve-row-patterns bench/diag/opserve-execute-floor; do
   if [[ -x "$build/$b" ]]; then bins+=("$build/$b"); fi
 done
 cp "${bins[@]}" "$stage/opserve/bin/"

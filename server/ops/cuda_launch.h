@@ -70,7 +70,7 @@ absl::Status RunSum(const KernelArgs& a, F f) {
 }
 
 // row_sum / row_mean of In rows into Out: Out is the op's output dtype (INT64 for integer row
-// sums, FLOAT32 otherwise: op_defs.cc).
+// sums, FLOAT32 otherwise: server/ops/row_reduce.cc).
 template <typename In, typename Out, typename F>
 absl::Status RunRowReduceAs(const KernelArgs& a, bool mean, F f) {
   if constexpr (!std::is_invocable_v<F, void*, size_t*, const In*, Out*, int64_t, int64_t, bool,

@@ -108,7 +108,7 @@ absl::Status CubSegmented(const KernelArgs& a) {
                             });
 }
 
-// `auto`, by shape (the measurements behind each cut: kernels/NOTES_row_reduce.md):
+// `auto`, by shape (the measurements behind each cut: docs/performance/row_reduce.md):
 //  - fewer rows than kFewRowsPerSm per SM: block_per_row. Its launcher gives each row a
 //    512-thread block and splits rows of >= 64K floats over several blocks, so few long rows
 //    still fill every SM and few short rows cost one small launch.

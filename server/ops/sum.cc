@@ -97,7 +97,7 @@ absl::Status Cub(const KernelArgs& a) {
   });
 }
 
-// `auto` (the measurements behind each cut: kernels/NOTES_sum.md):
+// `auto` (the measurements behind each cut: docs/performance/sum.md):
 //  - from kChunkedMinBytes every dtype takes chunked: it streams ~3% faster than vectorized,
 //    but its completion counters and extra launch work cost a few microseconds, which that 3%
 //    repays only on long streams. The cut is in bytes, the quantity the cost is repaid over.

@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "tests/bench/bench.h"
+#include "bench/bench.h"
 
 namespace opserve::bench {
 namespace {

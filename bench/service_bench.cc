@@ -7,7 +7,7 @@
 //     same machine state): through a raw unary call on its own channel (the floor the target
 //     uses) and through the client library's HealthServing.
 //   - PutTensor and GetTensor of a 1 GiB tensor: bytes over the call's wall time.
-#include "tests/bench/service_bench.h"
+#include "bench/service_bench.h"
 
 #include <fcntl.h>
 #include <signal.h>

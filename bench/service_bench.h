@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "tests/bench/bench.h"
+#include "bench/bench.h"
 
 namespace opserve::bench {
 

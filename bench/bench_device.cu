@@ -2,7 +2,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include "tests/bench/bench_device.h"
+#include "bench/bench_device.h"
 
 namespace opserve::bench {
 namespace {

@@ -11,7 +11,7 @@
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/iterator/transform_iterator.h>
 
-#include "tests/bench/ceilings.h"
+#include "bench/ceilings.h"
 
 namespace opserve::bench {
 namespace {

@@ -1,7 +1,7 @@
 // Diagnostic, not part of opserve: what read patterns reach on 64 MiB / 256 MiB / 1 GiB row sums,
 // timed like opserve-bench (100 us spin, events, median of 30, inputs rotated over 4 GiB). Each
 // row's result is checked against CUB's on the first input set. PERFORMANCE.md quotes it
-// ("Diagnostics"). Run: build/tests/bench/diag/opserve-row-patterns (about 30 s on an H100).
+// ("Diagnostics"). Run: build/bench/diag/opserve-row-patterns (about 30 s on an H100).
 #include <cuda_runtime.h>
 #include <cub/device/device_segmented_reduce.cuh>
 #include <cooperative_groups.h>

@@ -1,7 +1,7 @@
 // Diagnostic, not part of opserve: where the host time of one Execute's device part goes, with
 // the CUDA calls the server's worker makes for row_mean cub_segmented on 4096x4096 (output and
 // CUB scratch from the stream-ordered pool, events, the launch, the staging copy, the one sync).
-// PERFORMANCE.md quotes it. Run: build/tests/bench/diag/opserve-execute-floor [0|1|2|3]
+// PERFORMANCE.md quotes it. Run: build/bench/diag/opserve-execute-floor [0|1|2|3]
 // (cudaDeviceScheduleAuto / Spin / Yield / BlockingSync).
 #include <cuda_runtime.h>
 #include <cub/device/device_segmented_reduce.cuh>

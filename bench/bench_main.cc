@@ -1,0 +1,228 @@
+// opserve-bench: every op x algorithm x dtype of the op table (its "cuda" rows, plus `auto` as
+// ResolveAlgorithm resolves it), timed against the ceilings a user would otherwise reach for,
+// measured in the same run: the device-to-device copy, a float4 read-only stream, CUB's reduce and
+// segmented reduce, and cuBLAS SGEMM (pedantic FP32), TF32 and BF16. Optionally the service path
+// over loopback gRPC (--ops=...,service). A benchmark, not a test.
+//
+//   opserve-bench [--ops=sum,row_mean,row_sum,transpose,matmul,service,cublas_handles] [--quick]
+//                 [--out=DIR]
+//                 [--reps=N] [--algos=a,b,auto] [--shapes=LABEL,...] [--opserve=PATH]
+//
+// This file: the command line, the bench's op table (which case file runs for each --ops= name,
+// in what order), the targets that read every op's rows, and the report. The method is in
+// harness.h; each op's shapes, anchors, checks and targets in cases/OP.cc.
+#include <cuda_runtime_api.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "server/engine/cuda_backend.h"
+#include "bench/bench.h"
+#include "bench/harness.h"
+#if OPSERVE_BENCH_SERVICE
+#include "bench/service_bench.h"
+#endif
+
+namespace opserve::bench {
+namespace {
+
+// The bench's op table: each --ops= name that times kernels and its case file's entry point, in
+// the order a run measures them (after the ceilings, and after the transpose sweep when one is
+// asked for). "service" is not among them: it drives the server (service_bench.cc).
+struct CaseSet {
+  const char* op;
+  void (*run)(Bench& bench);
+};
+constexpr CaseSet kCaseSets[] = {
+    {"sum", SumCases},
+    {"row_mean", RowMeanCases},
+    {"row_sum", RowSumCases},
+    {"transpose", TransposeCases},
+    {"matmul", MatmulCases},
+    {"cublas_handles", CublasHandles},
+};
+
+// Each case file's targets, in the order they print.
+constexpr void (*kTargetSets[])(Report& rep) = {SumTargets, RowReduceTargets, TransposeTargets,
+                                                MatmulTargets};
+
+// ---- Targets (issue 4), read off the rows: each op's own, then those of every op and the
+// service path's. ----
+void AddTargets(Report& rep) {
+  for (const auto targets : kTargetSets) targets(rep);
+  for (const Row& r : rep.rows) {
+    if (r.algorithm.rfind("auto->", 0) != 0 || r.best.empty()) continue;
+    AddTarget(rep,
+              absl::StrCat(r.op, " ", r.shape, " ", r.dtype, ": auto within 5% of the fastest"),
+              absl::StrFormat("%s %.3f of %s", r.algorithm, r.vs_best, r.best), r.vs_best >= 0.95);
+  }
+  const ServiceFigures& s = rep.service;
+  if (s.ran) {
+    AddTarget(rep, "service: Execute p50 - kernel <= 1.5x health p50",
+              absl::StrFormat("%.1f us vs 1.5 x %.1f = %.1f us", s.overhead_p50_us,
+                              s.health_p50_us, 1.5 * s.health_p50_us),
+              s.overhead_p50_us <= 1.5 * s.health_p50_us);
+    AddTarget(rep, "service: PutTensor 1 GiB >= 1.5 GB/s", absl::StrFormat("%.2f GB/s", s.put_gbps),
+              s.put_gbps >= 1.5);
+    AddTarget(rep, "service: GetTensor 1 GiB >= 1.5 GB/s", absl::StrFormat("%.2f GB/s", s.get_gbps),
+              s.get_gbps >= 1.5);
+  }
+}
+
+std::set<std::string> SplitSet(const std::string& s) {
+  std::set<std::string> out;
+  for (absl::string_view p : absl::StrSplit(s, ',', absl::SkipEmpty())) out.emplace(p);
+  return out;
+}
+
+Options ParseArgs(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto val = [&](const char* key) -> const char* {
+      const size_t n = std::strlen(key);
+      return a.compare(0, n, key) == 0 ? a.c_str() + n : nullptr;
+    };
+    if (const char* v = val("--ops=")) {
+      o.ops = SplitSet(v);
+    } else if (a == "--service") {
+      o.ops = {"service"};
+    } else if (a == "--quick") {
+      o.quick = true;
+    } else if (const char* v = val("--out=")) {
+      o.out_dir = v;
+    } else if (const char* v = val("--reps=")) {
+      o.reps = std::max(kMinReps, std::atoi(v));
+    } else if (const char* v = val("--algos=")) {
+      o.algos = SplitSet(v);
+    } else if (const char* v = val("--shapes=")) {
+      o.shapes = SplitSet(v);
+    } else if (a == "--transpose-sweep") {
+      o.transpose_sweep = true;
+    } else if (a == "--sweep_one_tile") {
+      o.sweep_one_tile = true;
+      o.transpose_sweep = true;
+    } else if (const char* v = val("--server_arg=")) {
+      o.server_args.emplace_back(v);
+    } else if (const char* v = val("--chunk_bytes=")) {
+      o.chunk_bytes = std::atoll(v);
+    } else if (const char* v = val("--opserve=")) {
+      o.opserve_bin = v;
+    } else if (a == "--help" || a == "-h") {
+      std::printf(
+          "opserve-bench [--ops=sum,row_mean,row_sum,transpose,matmul,service,cublas_handles]\n"
+          "              [--service]\n"
+          "              [--quick]\n"
+          "              [--out=DIR] [--reps=N>=20] [--algos=a,b,auto] [--shapes=LABEL,...]\n"
+          "              [--opserve=PATH] [--transpose-sweep] [--chunk_bytes=N]\n"
+          "              [--server_arg=ARG ...]\n");
+      std::exit(0);
+    } else {
+      Die(absl::StrCat("unknown argument ", a, " (--help lists them)"));
+    }
+  }
+  return o;
+}
+
+std::string SelfDir() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return ".";
+  std::string p(buf, n);
+  return p.substr(0, p.rfind('/'));
+}
+
+}  // namespace
+}  // namespace opserve::bench
+
+int main(int argc, char** argv) {
+  using namespace opserve;
+  using namespace opserve::bench;
+  Options opt = ParseArgs(argc, argv);
+  Report rep;
+  {
+    std::vector<std::string> args(argv, argv + argc);
+    rep.command = absl::StrJoin(args, " ");
+    char date[64];
+    const std::time_t now = std::time(nullptr);
+    std::strftime(date, sizeof(date), "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&now));
+    rep.date = date;
+  }
+  // `--ops=service --server_arg=--device=cpu` runs without a GPU: the service path of the CPU
+  // backend, for looking at the gRPC side of the overhead on any machine.
+  const bool service_only = opt.ops.size() == 1 && opt.ops.count("service") && !opt.transpose_sweep;
+  bool have_gpu = true;
+  if (absl::Status s = ProbeCuda(0); !s.ok()) {
+    if (!service_only) Die(absl::StrCat("no usable GPU: ", s.message()));
+    rep.device = absl::StrCat("no usable GPU (", s.message(), "), service path only");
+    have_gpu = false;
+  } else {
+    cudaDeviceProp prop{};
+    Check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+    rep.device = absl::StrFormat("%s (sm_%d%d, %d SMs, %d MB L2, %zu MiB)", prop.name, prop.major,
+                                 prop.minor, prop.multiProcessorCount, prop.l2CacheSize >> 20,
+                                 prop.totalGlobalMem >> 20);
+  }
+  std::printf("opserve-bench on %s, %s\n  %s\n", rep.device.c_str(), rep.date.c_str(),
+              rep.command.c_str());
+
+  bool kernels = opt.transpose_sweep;
+  for (const CaseSet& cases : kCaseSets) kernels = kernels || opt.ops.count(cases.op) > 0;
+  if (kernels) {
+    // The server's own backend and execution context: the table rows run exactly as they do
+    // inside opserve (scratch from the stream-ordered pool, the worker's stream and cuBLAS handle).
+    auto backend = MakeCudaBackend(0, 0);
+    if (!backend.ok()) Die(std::string(backend.status().message()));
+    auto env = (*backend)->NewExecEnv();
+    if (!env.ok()) Die(std::string(env.status().message()));
+    Bench bench(opt, backend->get(), env->get());
+    std::printf("ceilings\n");
+    bench.Ceilings();
+    if (opt.transpose_sweep) TransposeSweep(bench, opt.out_dir);
+    for (const CaseSet& cases : kCaseSets) {
+      if (opt.ops.count(cases.op)) cases.run(bench);
+    }
+    Report& r = bench.report();
+    rep.rows = std::move(r.rows);
+    rep.copy_gbps = r.copy_gbps;
+    rep.stream_gbps = r.stream_gbps;
+    rep.floor_us = r.floor_us;
+  }
+  if (opt.ops.count("service")) {
+#if OPSERVE_BENCH_SERVICE
+    ServiceOptions so;
+    so.opserve_bin = opt.opserve_bin;
+    so.chunk_bytes = opt.chunk_bytes;
+    so.server_args = opt.server_args;
+    // Without a GPU the server runs on the CPU backend; a --server_arg=--device=... still wins
+    // (it comes later on the command line).
+    if (!have_gpu) so.server_args.insert(so.server_args.begin(), "--device=cpu");
+    if (so.opserve_bin.empty()) {
+      const std::string beside = SelfDir() + "/opserve";
+      so.opserve_bin = access(beside.c_str(), X_OK) == 0 ? beside : OPSERVE_BIN_DEFAULT;
+    }
+    std::printf("service path over loopback gRPC (%s, chunk %lld bytes; 0: the client default)\n", so.opserve_bin.c_str(), static_cast<long long>(so.chunk_bytes));
+    std::fflush(stdout);
+    rep.service = RunServiceBench(so);
+#else
+    rep.service.error = "built without the client library";
+#endif
+  }
+  AddTargets(rep);
+  PrintReport(rep);
+  // A sweep run writes only its own transpose_sweep.csv.
+  if (!opt.out_dir.empty() && !opt.transpose_sweep && !WriteReport(rep, opt.out_dir)) return 1;
+  return 0;
+}
