@@ -18,6 +18,9 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/dtype.h"
+#include "server/engine/cpu_backend.h"
+#include "server/ops/op.h"
 #include "tests/e2e/e2e_fixture.h"
 
 namespace opserve::e2e {
@@ -79,43 +82,36 @@ client::HostTensor SmallIntegers(v1::DType dtype, std::vector<int64_t> shape, st
   return t;
 }
 
-// The inputs each op is walked with: one past a warp in places, a 16-byte multiple in others.
-std::vector<std::vector<int64_t>> MatrixShapes(const std::string& op) {
-  if (op == "sum") return {{1000}};
-  if (op == "matmul") return {{5, 36}, {36, 7}};
-  return {{5, 37}};  // row_sum, row_mean, transpose
-}
-
-// The expected result in float64 (exact for these inputs, the mean up to one rounding).
-std::vector<double> Expected(const std::string& op, const std::vector<client::HostTensor>& in) {
-  const client::HostTensor& x = in[0];
-  std::vector<double> y;
-  if (op == "sum") {
-    double s = 0;
-    for (int64_t i = 0; i < x.shape[0]; ++i) s += ElementAt(x, i);
-    y.push_back(s);
-  } else if (op == "row_sum" || op == "row_mean") {
-    const int64_t rows = x.shape[0], cols = x.shape[1];
-    for (int64_t r = 0; r < rows; ++r) {
-      double s = 0;
-      for (int64_t c = 0; c < cols; ++c) s += ElementAt(x, r * cols + c);
-      y.push_back(op == "row_mean" ? s / cols : s);
-    }
-  } else if (op == "transpose") {
-    const int64_t rows = x.shape[0], cols = x.shape[1];
-    for (int64_t c = 0; c < cols; ++c) {
-      for (int64_t r = 0; r < rows; ++r) y.push_back(ElementAt(x, r * cols + c));
-    }
-  } else if (op == "matmul") {
-    const int64_t m = x.shape[0], k = x.shape[1], n = in[1].shape[1];
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t j = 0; j < n; ++j) {
-        double s = 0;
-        for (int64_t p = 0; p < k; ++p) s += ElementAt(x, i * k + p) * ElementAt(in[1], p * n + j);
-        y.push_back(s);
-      }
-    }
+// The expected result: the op table's CPU reference row run here, in this process, on the same
+// inputs. With exact inputs every summation order gives the same bits, so the server's answer on
+// any backend must match it up to the one rounding of a mean's division.
+std::vector<double> Expected(const OpSpec& op, const std::vector<client::HostTensor>& in) {
+  std::vector<TensorMeta> metas;
+  std::vector<const void*> ptrs;
+  for (const client::HostTensor& t : in) {
+    metas.push_back({static_cast<DType>(t.dtype), t.shape});
+    ptrs.push_back(t.data.data());
   }
+  absl::StatusOr<TensorMeta> out_meta = op.infer(metas);
+  if (!out_meta.ok()) {
+    ADD_FAILURE() << op.name << ": " << out_meta.status();
+    return {};
+  }
+  client::HostTensor out;
+  out.dtype = static_cast<v1::DType>(out_meta->dtype);
+  out.shape = out_meta->shape;
+  out.data.resize(out_meta->Bytes());
+  static Backend* const cpu = MakeCpuBackend(0).release();
+  static ExecEnv* const env = cpu->NewExecEnv()->release();
+  AttrMap attrs;
+  KernelArgs args{ptrs, metas, out.data.data(), *out_meta, attrs, *env};
+  if (absl::Status s = CpuReference(op.name)->run(args); !s.ok()) {
+    ADD_FAILURE() << op.name << ": the CPU reference failed: " << s;
+    return {};
+  }
+  (void)env->Finish(0);
+  std::vector<double> y(out_meta->NumElements());
+  for (size_t i = 0; i < y.size(); ++i) y[i] = ElementAt(out, static_cast<int64_t>(i));
   return y;
 }
 
@@ -137,10 +133,12 @@ TEST_F(ContractTest, EveryListedOpAlgorithmAndDtypeRuns) {
     }
     EXPECT_EQ(std::set<int>(op.dtypes().begin(), op.dtypes().end()), from_algorithms)
         << "the op's dtypes are not the union of its algorithms' dtypes";
-    // What the README's "Ops and dtypes" table promises on every backend.
-    const std::set<int> all = {v1::FLOAT32, v1::INT32, v1::INT64, v1::BFLOAT16};
-    const std::set<int> floats = {v1::FLOAT32, v1::BFLOAT16};
-    EXPECT_EQ(from_algorithms, op.name() == "matmul" ? floats : all)
+    // What the op table (and the README's "Ops and dtypes") promises on every backend.
+    const OpSpec* spec = FindOp(op.name());
+    ASSERT_NE(spec, nullptr) << "ListOps lists an op the table lacks";
+    std::set<int> promised;
+    for (DType d : spec->dtypes) promised.insert(static_cast<int>(d));
+    EXPECT_EQ(from_algorithms, promised)
         << "this backend does not run every dtype the API lists for " << op.name();
     for (const v1::AlgorithmInfo& a : op.algorithms()) {
       for (v1::DType dtype : kAllDTypes) {
@@ -149,7 +147,8 @@ TEST_F(ContractTest, EveryListedOpAlgorithmAndDtypeRuns) {
         v1::ExecuteRequest req;
         std::vector<client::HostTensor> inputs;
         std::vector<In> refs;
-        for (const auto& shape : MatrixShapes(op.name())) {
+        // The op's largest small shape: past a warp, not a multiple of 32 in places.
+        for (const auto& shape : spec->test.small_shapes.back()) {
           const std::string name = absl::StrCat("x", inputs.size());
           inputs.push_back(SmallIntegers(dtype, shape, rng_));
           AddInline(req, name, inputs.back());
@@ -170,7 +169,7 @@ TEST_F(ContractTest, EveryListedOpAlgorithmAndDtypeRuns) {
         ASSERT_EQ(resp->nodes_size(), 1);
         EXPECT_EQ(algorithm_names.count(resp->nodes(0).algorithm()), 1u)
             << "reported algorithm " << resp->nodes(0).algorithm() << " is not listed";
-        const std::vector<double> want = Expected(op.name(), inputs);
+        const std::vector<double> want = Expected(*spec, inputs);
         const v1::Tensor& got = resp->outputs(0).tensor();
         ASSERT_EQ(got.data().size() / (got.dtype() == v1::INT64 ? 8 : got.dtype() == v1::BFLOAT16 ? 2 : 4),
                   want.size());
