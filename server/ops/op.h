@@ -79,6 +79,9 @@ enum class ErrorScale {
 struct TestModel {
   // Edge cases: each case is the shapes of the op's inputs (1, one past a tile, primes, large).
   std::vector<std::vector<std::vector<int64_t>>> edge_shapes;
+  // More edge cases, run by the GPU suite only: too slow for the CPU reference suites (a GiB
+  // tensor, rows of a million elements, matrices 2048 and more a side).
+  std::vector<std::vector<std::vector<int64_t>>> large_shapes;
   // Small, typical shapes for service-level tests (soak, e2e): quick on the CPU backend.
   std::vector<std::vector<std::vector<int64_t>>> small_shapes;
   ErrorScale error_scale = ErrorScale::kNormwise;
