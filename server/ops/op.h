@@ -66,7 +66,8 @@ enum class EmptyFill {
   kNaN,    // every byte 0xFF, a float32 NaN: the mean of nothing (numpy's answer)
 };
 
-// How the test suites check a floating-point result of the op against the CPU reference.
+// How the test suites measure the error of a FLOAT32 output against the CPU reference's
+// (tests/support/result_check.h); an output of any other dtype must equal it bit for bit.
 enum class ErrorScale {
   kReduction,      // each output reduces a contiguous run of inputs: |y - r| / sum |x| of the run
   kMean,           // as kReduction, over the mean of |x|
