@@ -156,12 +156,12 @@ OpEntry MatmulOp() {
                .test = {.edge_shapes = {{{1, 1}, {1, 1}}, {{1, 17}, {17, 1}}, {{17, 1}, {1, 33}},
                                         {{33, 65}, {65, 17}}, {{64, 64}, {64, 64}},
                                         {{127, 129}, {129, 131}}, {{256, 256}, {256, 256}},
-                                        {{128, 520}, {520, 136}}, {{1000, 513}, {513, 1001}},
-                                        {{4095, 1023}, {1023, 4097}},
-                                        // Large enough, and aligned, for the sm_90a wgmma path:
-                                        // its edge tiles included.
-                                        {{2048, 512}, {512, 2048}},
-                                        {{4104, 1032}, {1032, 4112}}},
+                                        {{128, 520}, {520, 136}}, {{1000, 513}, {513, 1001}}},
+                        .large_shapes = {{{4095, 1023}, {1023, 4097}},
+                                         // Large enough, and aligned, for the sm_90a wgmma
+                                         // path: its edge tiles included.
+                                         {{2048, 512}, {512, 2048}},
+                                         {{4104, 1032}, {1032, 4112}}},
                         .small_shapes = {{{1, 1}, {1, 1}}, {{8, 16}, {16, 12}}, {{5, 33}, {33, 7}}},
                         .error_scale = ErrorScale::kComponentwise,
                         .tolerance = Tolerance}},

@@ -66,7 +66,8 @@ enum class EmptyFill {
   kNaN,    // every byte 0xFF, a float32 NaN: the mean of nothing (numpy's answer)
 };
 
-// How the test suites check a floating-point result of the op against the CPU reference.
+// How the test suites measure the error of a FLOAT32 output against the CPU reference's
+// (tests/support/result_check.h); an output of any other dtype must equal it bit for bit.
 enum class ErrorScale {
   kReduction,      // each output reduces a contiguous run of inputs: |y - r| / sum |x| of the run
   kMean,           // as kReduction, over the mean of |x|
@@ -79,6 +80,9 @@ enum class ErrorScale {
 struct TestModel {
   // Edge cases: each case is the shapes of the op's inputs (1, one past a tile, primes, large).
   std::vector<std::vector<std::vector<int64_t>>> edge_shapes;
+  // More edge cases, run by the GPU suite only: too slow for the CPU reference suites (a GiB
+  // tensor, rows of a million elements, matrices 2048 and more a side).
+  std::vector<std::vector<std::vector<int64_t>>> large_shapes;
   // Small, typical shapes for service-level tests (soak, e2e): quick on the CPU backend.
   std::vector<std::vector<std::vector<int64_t>>> small_shapes;
   ErrorScale error_scale = ErrorScale::kNormwise;

@@ -135,10 +135,10 @@ OpEntry SumOp() {
            .cost = CostOf,
            .empty_fill = EmptyFill::kZeros,
            .test = {.edge_shapes = {{{1}}, {{2}}, {{31}}, {{33}}, {{1025}}, {{65537}},
-                                    {{3, 5, 7, 11}}, {{1000003}}, {{(1 << 24) + 3}},
-                                    // Over 1 GiB of FLOAT32/INT32: 2^28 + 1001 elements.
-                                    {{(1 << 28) + 1001}}},
-                    .small_shapes = {{{1}}, {{257}}, {{4, 33}}, {{2, 3, 5}}},
+                                    {{3, 5, 7, 11}}, {{1000003}}, {{(1 << 24) + 3}}},
+                    // Over 1 GiB of FLOAT32/INT32: 2^28 + 1001 elements.
+                    .large_shapes = {{{(1 << 28) + 1001}}},
+                    .small_shapes = {{{}}, {{1}}, {{257}}, {{4, 33}}, {{2, 3, 5}}},
                     .error_scale = ErrorScale::kReduction,
                     .tolerance = Tolerance}},
       .algorithms =

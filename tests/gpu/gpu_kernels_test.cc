@@ -1,27 +1,27 @@
-// The GPU suite: every "cuda" row of the op table, for every dtype it accepts, over edge shapes,
-// against the CPU reference row of the same op. Rows are read from the table, so a new
-// algorithm is tested without editing this file.
+// The GPU suite: every "cuda" row of the op table, for every dtype it accepts, over the op's
+// edge and large shapes, against the CPU reference row of the same op. Rows, shapes, error
+// measure and tolerance are all read from the table, so a new op or algorithm is tested without
+// editing this file.
 //
 // Inputs are fresh random values every run (never zeros; the seed is printed). Outputs are
 // poisoned (0xFF bytes: NaN for floats) and fenced by guard bytes, so an unwritten element or an
-// out-of-bounds write fails. Tolerances are set by precision; NaN never passes.
+// out-of-bounds write fails. The error is measured by tests/support/result_check.h, against the
+// op's tolerance for the algorithm and dtype; NaN never passes.
 // Without a usable GPU every test is reported as skipped.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <cstring>
-#include <map>
+#include <cstdio>
 #include <ostream>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "server/engine/cpu_backend.h"
-#include "server/ops/op_util.h"
 #include "server/engine/cuda_backend.h"
 #include "server/ops/op.h"
+#include "server/ops/op_util.h"
+#include "tests/support/result_check.h"
 
 namespace opserve {
 namespace {
@@ -30,49 +30,12 @@ constexpr uint64_t kGuardBytes = 256;  // keeps the output 256-byte aligned, as 
 constexpr uint8_t kPoison = 0xFF;
 constexpr uint8_t kGuard = 0xA5;
 
-struct Shape {
-  std::vector<std::vector<int64_t>> inputs;
-};
-
-// Edge sizes per op: 1, one past a tile, primes, not multiples of 32, and large.
-std::vector<Shape> ShapesFor(absl::string_view op) {
-  if (op == "sum") {
-    return {{{{1}}}, {{{2}}}, {{{31}}}, {{{33}}}, {{{1025}}}, {{{65537}}}, {{{3, 5, 7, 11}}},
-            {{{1000003}}}, {{{(1 << 24) + 3}}},
-            // Over 1 GiB of FLOAT32/INT32: 2^28 + 1001 elements.
-            {{{(1 << 28) + 1001}}}};
-  }
-  if (op == "row_sum" || op == "row_mean") {
-    return {{{{1, 1}}},      {{{1, 33}}},        {{{7, 1}}},          {{{10, 2048}}},
-            {{{33, 127}}},   {{{1000, 129}}},    {{{4097, 65}}},      {{{1, 1048577}}},
-            {{{3, 1000003}}}, {{{20000, 64}}},   {{{131, 4099}}},     {{{17, 65537}}},
-            // Many rows of >= 8192 floats (block_per_row's 512-thread blocks), odd length so
-            // rows after the first start misaligned.
-            {{{300, 8195}}}};
-  }
-  if (op == "transpose") {
-    return {{{{1, 1}}},    {{{1, 37}}},     {{{37, 1}}},    {{{31, 33}}},    {{{33, 31}}},
-            {{{64, 64}}},  {{{65, 129}}},   {{{128, 96}}},  {{{1000, 1001}}}, {{{3000, 7}}},
-            {{{4096, 4100}}}, {{{2048, 4096}}},
-            // TMA input walked column-major with a partial last tile in both directions: with
-            // element stores (rows * 4 % 16 != 0), and with 16-byte stores.
-            {{{1001, 1028}}}, {{{1000, 1028}}}};
-  }
-  if (op == "matmul") {
-    return {{{{1, 1}, {1, 1}}},       {{{1, 17}, {17, 1}}},       {{{17, 1}, {1, 33}}},
-            {{{33, 65}, {65, 17}}},   {{{64, 64}, {64, 64}}},     {{{127, 129}, {129, 131}}},
-            {{{256, 256}, {256, 256}}}, {{{128, 520}, {520, 136}}}, {{{1000, 513}, {513, 1001}}},
-            {{{4095, 1023}, {1023, 4097}}},
-            // Large enough, and aligned, for the sm_90a wgmma path: its edge tiles included.
-            {{{2048, 512}, {512, 2048}}}, {{{4104, 1032}, {1032, 4112}}}};
-  }
-  return {};
-}
+using Shapes = std::vector<std::vector<int64_t>>;  // one shape per input
 
 struct Case {
   const AlgoSpec* algo;
   DType dtype;
-  Shape shape;
+  Shapes shapes;
   std::string name;
 };
 
@@ -83,11 +46,14 @@ std::vector<Case> AllCases() {
   std::vector<Case> cases;
   for (const AlgoSpec& a : Algorithms()) {
     if (a.backend != "cuda") continue;
+    const TestModel& model = FindOp(a.op)->test;
+    std::vector<Shapes> all = model.edge_shapes;
+    all.insert(all.end(), model.large_shapes.begin(), model.large_shapes.end());
     for (DType d : a.dtypes) {
-      for (const Shape& s : ShapesFor(a.op)) {
+      for (const Shapes& s : all) {
         std::string name = std::string(a.op) + "_" + std::string(a.name) + "_" +
                            std::string(DTypeName(d));
-        for (const auto& in : s.inputs) {
+        for (const auto& in : s) {
           name += "_";
           for (size_t i = 0; i < in.size(); ++i) name += (i ? "x" : "") + std::to_string(in[i]);
         }
@@ -145,13 +111,6 @@ std::string RandomBytes(const TensorMeta& meta, uint64_t salt) {
   return bytes;
 }
 
-const AlgoSpec* CpuReference(absl::string_view op) {
-  for (const AlgoSpec& a : Algorithms()) {
-    if (a.op == op && a.backend == "cpu") return &a;
-  }
-  return nullptr;
-}
-
 class GpuKernelTest : public testing::TestWithParam<Case> {
  protected:
   static void SetUpTestSuite() {
@@ -174,26 +133,6 @@ ExecEnv* GpuKernelTest::env_ = nullptr;
 Backend* GpuKernelTest::cpu_ = nullptr;
 ExecEnv* GpuKernelTest::cpu_env_ = nullptr;
 
-// The relative-error bound of each precision.
-double Tolerance(const AlgoSpec& a, DType d) {
-  if (a.op == "matmul" && absl::StartsWith(a.name, "tensor_core")) {
-    return d == DType::kBFloat16 ? 1e-2 : 2e-3;
-  }
-  return 5e-5;
-}
-
-// |x[i]| of an input element of any dtype, for the reductions' error scale.
-double AbsAt(const std::string& bytes, DType d, int64_t i) {
-  switch (d) {
-    case DType::kFloat32: return std::fabs(reinterpret_cast<const float*>(bytes.data())[i]);
-    case DType::kBFloat16:
-      return std::fabs(op_util::Bf16ToFloat(reinterpret_cast<const uint16_t*>(bytes.data())[i]));
-    case DType::kInt32: return std::fabs(double(reinterpret_cast<const int32_t*>(bytes.data())[i]));
-    case DType::kInt64: return std::fabs(double(reinterpret_cast<const int64_t*>(bytes.data())[i]));
-    default: return 0;
-  }
-}
-
 TEST_P(GpuKernelTest, MatchesCpuReference) {
   const Case& c = GetParam();
   if (backend_ == nullptr) GTEST_SKIP() << "no usable GPU: " << ProbeCuda(0).message();
@@ -208,8 +147,8 @@ TEST_P(GpuKernelTest, MatchesCpuReference) {
   std::vector<std::string> host;
   std::vector<BufferPtr> dev;
   std::vector<const void*> dev_ptrs, host_ptrs;
-  for (size_t i = 0; i < c.shape.inputs.size(); ++i) {
-    metas.push_back({c.dtype, c.shape.inputs[i]});
+  for (size_t i = 0; i < c.shapes.size(); ++i) {
+    metas.push_back({c.dtype, c.shapes[i]});
     host.push_back(RandomBytes(metas.back(), i + 1));
   }
   for (size_t i = 0; i < metas.size(); ++i) {
@@ -263,66 +202,16 @@ TEST_P(GpuKernelTest, MatchesCpuReference) {
   ASSERT_TRUE(CpuReference(c.algo->op)->run(ref_args).ok());
   (void)cpu_env_->Finish(0);
 
-  const int64_t n = out_meta->NumElements();
-  if (out_meta->dtype == DType::kFloat32) {
-    const auto* y = reinterpret_cast<const float*>(result);
-    const auto* r = reinterpret_cast<const float*>(ref.data());
-    // Error relative to the magnitude the op accumulates: sum|x| for reductions (so that
-    // cancellation cannot hide a wrong answer or fail a right one), ||ref|| otherwise.
-    double err = 0;
-    if (c.algo->op == "sum" || c.algo->op == "row_sum" || c.algo->op == "row_mean") {
-      const int64_t rows = n, cols = metas[0].NumElements() / n;
-      const bool mean = c.algo->op == "row_mean";
-      for (int64_t i = 0; i < rows; ++i) {
-        double abs_sum = 0;
-        for (int64_t j = 0; j < cols; ++j) abs_sum += AbsAt(host[0], c.dtype, i * cols + j);
-        if (mean) abs_sum /= cols;
-        // Integer means: the exact sum, then one division, so ints compare against |mean| too.
-        const double e = std::fabs(static_cast<double>(y[i]) - r[i]) / std::max(abs_sum, 1e-300);
-        ASSERT_FALSE(std::isnan(y[i])) << "row " << i << " is NaN (never written?)";
-        err = std::max(err, e);
-      }
-    } else if (c.algo->op == "matmul" && metas[0].NumElements() * metas[1].shape[1] <= (1 << 26)) {
-      // Small products: the componentwise bound |Y - R| <= tol * (|A| |B|), which stays
-      // meaningful when a dot product cancels to nearly zero.
-      const int64_t m = metas[0].shape[0], k = metas[0].shape[1], nn = metas[1].shape[1];
-      auto at = [&](int idx, int64_t i) -> double {
-        if (c.dtype == DType::kBFloat16) {
-          return op_util::Bf16ToFloat(reinterpret_cast<const uint16_t*>(host[idx].data())[i]);
-        }
-        return reinterpret_cast<const float*>(host[idx].data())[i];
-      };
-      for (int64_t i = 0; i < m; ++i) {
-        for (int64_t j = 0; j < nn; ++j) {
-          double abs_dot = 0;
-          for (int64_t p = 0; p < k; ++p) abs_dot += std::fabs(at(0, i * k + p) * at(1, p * nn + j));
-          ASSERT_FALSE(std::isnan(y[i * nn + j])) << "element " << i * nn + j << " is NaN (never written?)";
-          err = std::max(err, std::fabs(static_cast<double>(y[i * nn + j]) - r[i * nn + j]) / abs_dot);
-        }
-      }
-    } else {
-      // Large outputs: the normwise ||Y - R|| / ||R||.
-      double diff = 0, norm = 0;
-      for (int64_t i = 0; i < n; ++i) {
-        ASSERT_FALSE(std::isnan(y[i])) << "element " << i << " is NaN (never written?)";
-        diff += (static_cast<double>(y[i]) - r[i]) * (static_cast<double>(y[i]) - r[i]);
-        norm += static_cast<double>(r[i]) * r[i];
-      }
-      err = std::sqrt(diff) / std::sqrt(norm);
-    }
-    const double tol = Tolerance(*c.algo, c.dtype);
-    EXPECT_TRUE(err <= tol) << "relative error " << err << " over " << tol;
-    RecordProperty("relative_error", std::to_string(err));
-  } else {
-    // Integer sums and transposes of any dtype are exact.
-    const int cmp = std::memcmp(result, ref.data(), out_bytes);
-    if (cmp != 0) {
-      const uint64_t es = ElementSize(out_meta->dtype);
-      for (uint64_t i = 0; i < out_bytes; i += es) {
-        ASSERT_EQ(std::memcmp(result + i, ref.data() + i, es), 0) << "first mismatch at element " << i / es;
-      }
-    }
-  }
+  absl::StatusOr<double> err = RelativeError({.op = *op,
+                                              .input_meta = metas,
+                                              .inputs = host_ptrs,
+                                              .output_meta = *out_meta,
+                                              .got = result,
+                                              .reference = ref.data()});
+  ASSERT_TRUE(err.ok()) << err.status().message();
+  const double tol = op->test.tolerance(c.algo->name, c.dtype);
+  EXPECT_TRUE(*err <= tol) << "relative error " << *err << " over " << tol;
+  RecordProperty("relative_error", std::to_string(*err));
 }
 
 INSTANTIATE_TEST_SUITE_P(Table, GpuKernelTest, testing::ValuesIn(AllCases()),

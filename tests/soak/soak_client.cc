@@ -1,7 +1,9 @@
 #include "tests/soak/soak_client.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
+#include <span>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -25,46 +27,10 @@ constexpr size_t kMaxProblemsPerClient = 8;
 // Connections are per client: gRPC would otherwise share one subchannel among equal channels.
 constexpr char kLocalSubchannelPool[] = "grpc.use_local_subchannel_pool";
 
-// The ops the soak sends, with the input dtypes and rank each accepts; the mix cycles through
-// all of them, so an op added to the server is soaked once it has a row here.
-struct OpCase {
-  const char* op;
-  std::vector<v1::DType> dtypes;
-  int rank;  // of input 0; -1: any rank from 0 to 3
-};
-
-const OpCase kOps[] = {
-    {"sum", {v1::FLOAT32, v1::INT32}, -1},
-    {"row_sum", {v1::FLOAT32}, 2},
-    {"row_mean", {v1::FLOAT32}, 2},
-    {"transpose", {v1::FLOAT32, v1::INT32, v1::INT64, v1::BFLOAT16}, 2},
-    {"matmul", {v1::FLOAT32, v1::BFLOAT16}, 2},
-};
-
-const OpCase* FindOpCase(absl::string_view op) {
-  for (const OpCase& c : kOps) {
-    if (c.op == op) return &c;
-  }
-  return nullptr;
-}
-
-bool Accepts(const OpCase& c, const RefTensor& t) {
-  const bool rank_ok =
-      c.rank < 0 ? t.shape.size() <= 3 : static_cast<int>(t.shape.size()) == c.rank;
-  return rank_ok && std::find(c.dtypes.begin(), c.dtypes.end(), t.dtype) != c.dtypes.end();
-}
-
-// Sizes at the edges (1, around 32 and 64) and in between, all cheap for a CPU reference.
-int64_t Dim(std::mt19937_64& rng) {
-  static constexpr int64_t kDims[] = {1, 2, 3, 5, 8, 16, 31, 32, 33, 48, 64, 65};
-  return kDims[rng() % std::size(kDims)];
-}
-
-std::vector<int64_t> DrawShape(const OpCase& c, std::mt19937_64& rng) {
-  if (c.rank == 2) return {Dim(rng), Dim(rng)};
-  std::vector<int64_t> shape(rng() % 4);
-  for (int64_t& d : shape) d = 1 + static_cast<int64_t>(rng() % 16);
-  return shape;
+// Whether `op` takes `t` as its only input on the CPU backend.
+bool TakesAlone(const SoakOp& op, const Expected& t) {
+  const std::vector<TensorMeta> metas = {t.Meta()};
+  return op.spec->arity == 1 && op.Runs(t.tensor.dtype) && op.spec->infer(metas).ok();
 }
 
 bool Chance(std::mt19937_64& rng, int percent) { return static_cast<int>(rng() % 100) < percent; }
@@ -112,16 +78,20 @@ absl::StatusOr<std::unique_ptr<SoakClient>> SoakClient::Create(const std::string
   args.SetInt(kLocalSubchannelPool, 1);
   auto stub = v1::OpServe::NewStub(
       grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
-  return std::unique_ptr<SoakClient>(new SoakClient(index, seed, *std::move(c), std::move(stub)));
+  absl::StatusOr<std::unique_ptr<ExecEnv>> cpu = CpuDevice().NewExecEnv();
+  if (!cpu.ok()) return cpu.status();
+  return std::unique_ptr<SoakClient>(
+      new SoakClient(index, seed, *std::move(c), std::move(stub), *std::move(cpu)));
 }
 
 SoakClient::SoakClient(int index, uint64_t seed, std::unique_ptr<client::Client> client,
-                       std::unique_ptr<v1::OpServe::Stub> stub)
+                       std::unique_ptr<v1::OpServe::Stub> stub, std::unique_ptr<ExecEnv> cpu)
     : index_(index),
       prefix_(absl::StrCat("soak/c", index, "/")),
       rng_(seed * 1000003 + static_cast<uint64_t>(index)),
       client_(std::move(client)),
       stub_(std::move(stub)),
+      cpu_(std::move(cpu)),
       next_malformed_(static_cast<size_t>(index)),
       next_op_(static_cast<size_t>(index)) {}
 
@@ -179,7 +149,7 @@ bool SoakClient::PutChecked(const std::string& name, const client::HostTensor& t
             absl::StrCat("PutTensor ", name, " answered ", info->ShortDebugString()));
     return false;
   }
-  stored_[name] = Stored{FromHost(tensor)};
+  stored_[name] = Stored{Exactly(tensor)};
   return true;
 }
 
@@ -221,18 +191,19 @@ void SoakClient::RunPhase(Clock::time_point deadline) {
   Cleanup();
 }
 
-void SoakClient::PutNew() {
-  const OpCase& c = kOps[rng_() % std::size(kOps)];
-  const v1::DType dtype = c.dtypes[rng_() % c.dtypes.size()];
-  PutChecked(NewName("t"), RandomTensor(dtype, DrawShape(c, rng_), rng_), /*overwrite=*/false);
+client::HostTensor SoakClient::DrawTensor() {
+  const std::span<const SoakOp> ops = SoakOps();
+  const SoakOp& op = ops[rng_() % ops.size()];
+  const v1::DType dtype = op.dtypes[rng_() % op.dtypes.size()];
+  const std::optional<Shapes> shapes = DrawShapes(*op.spec, dtype, nullptr, rng_);
+  return RandomTensor(dtype, shapes ? (*shapes)[0] : std::vector<int64_t>{}, rng_);
 }
+
+void SoakClient::PutNew() { PutChecked(NewName("t"), DrawTensor(), /*overwrite=*/false); }
 
 void SoakClient::PutOverwrite() {
   if (stored_.empty()) return PutNew();
-  const OpCase& c = kOps[rng_() % std::size(kOps)];
-  const v1::DType dtype = c.dtypes[rng_() % c.dtypes.size()];
-  PutChecked(RandomStoredName(), RandomTensor(dtype, DrawShape(c, rng_), rng_),
-             /*overwrite=*/true);
+  PutChecked(RandomStoredName(), DrawTensor(), /*overwrite=*/true);
 }
 
 void SoakClient::Get() {
@@ -249,7 +220,7 @@ void SoakClient::Get() {
     return;
   }
   // A server output within tolerance: from now on its exact bytes are known.
-  if (!s.ref.Exact()) s.ref = FromHost(*got);
+  if (!s.ref.Exact()) s.ref = Exactly(*std::move(got));
 }
 
 void SoakClient::Delete() {
@@ -258,10 +229,10 @@ void SoakClient::Delete() {
   const Clock::time_point start = Clock::now();
   absl::StatusOr<v1::TensorInfo> info = client_->DeleteTensor(name);
   Record("DeleteTensor", start);
-  const RefTensor ref = std::move(stored_[name].ref);
+  const Expected ref = std::move(stored_[name].ref);
   stored_.erase(name);
   if (!ExpectOk(absl::StrCat("DeleteTensor ", name), info.status())) return;
-  if (info->name() != name || info->dtype() != ref.dtype || info->bytes() != ref.Bytes()) {
+  if (info->name() != name || info->dtype() != ref.tensor.dtype || info->bytes() != ref.Bytes()) {
     Problem(/*wrong_result=*/true,
             absl::StrCat("DeleteTensor ", name, " answered ", info->ShortDebugString()));
   }
@@ -283,7 +254,8 @@ void SoakClient::List() {
       // A name of a failed request (under bad/) or one this client deleted.
       Problem(/*wrong_result=*/true,
               absl::StrCat("ListTensors shows ", info.name(), ", which should not be stored"));
-    } else if (info.bytes() != it->second.ref.Bytes() || info.dtype() != it->second.ref.dtype) {
+    } else if (info.bytes() != it->second.ref.Bytes() ||
+               info.dtype() != it->second.ref.tensor.dtype) {
       Problem(/*wrong_result=*/true,
               absl::StrCat("ListTensors: ", info.ShortDebugString(), " differs from the model"));
     }
@@ -295,15 +267,14 @@ void SoakClient::List() {
   }
 }
 
-SoakClient::GraphInput SoakClient::DrawInput(const std::string& op, int which,
+SoakClient::GraphInput SoakClient::DrawInput(const SoakOp& op, int which,
                                              const std::vector<int64_t>& shape, v1::DType dtype) {
   GraphInput in;
   in.stored = Chance(rng_, 50);
-  const OpCase* c = FindOpCase(op);
   // Reuse a stored tensor the op accepts, when there is one, for input 0 of one-input ops.
-  if (in.stored && which == 0 && op != "matmul" && Chance(rng_, 50)) {
+  if (in.stored && which == 0 && op.spec->arity == 1 && Chance(rng_, 50)) {
     for (const auto& [name, s] : stored_) {
-      if (s.ref.Exact() && Accepts(*c, s.ref)) {
+      if (s.ref.Exact() && TakesAlone(op, s.ref)) {
         in.name = name;
         in.ref = s.ref;
         return in;
@@ -311,7 +282,7 @@ SoakClient::GraphInput SoakClient::DrawInput(const std::string& op, int which,
     }
   }
   in.host = RandomTensor(dtype, shape, rng_);
-  in.ref = FromHost(in.host);
+  in.ref = Exactly(in.host);
   if (!in.stored) {
     in.name = absl::StrCat("x", which);
     return in;
@@ -321,31 +292,78 @@ SoakClient::GraphInput SoakClient::DrawInput(const std::string& op, int which,
   return in;
 }
 
+bool SoakClient::AddSecondNode(v1::ExecuteRequest& request, std::vector<Expected>& refs,
+                               std::vector<std::string>& ops) {
+  // Every op that takes the first node's output as its input 0, with inputs shaped to fit.
+  struct Next {
+    const SoakOp* op;
+    Shapes shapes;
+  };
+  std::vector<Next> next;
+  const client::HostTensor& fed = refs[0].tensor;
+  for (const SoakOp& op : SoakOps()) {
+    if (!op.Runs(fed.dtype)) continue;
+    if (std::optional<Shapes> shapes = DrawShapes(*op.spec, fed.dtype, &fed.shape, rng_)) {
+      next.push_back({&op, *std::move(shapes)});
+    }
+  }
+  if (next.empty()) return true;
+  const Next& n = next[rng_() % next.size()];
+  v1::Node* second = request.add_nodes();
+  second->set_id("second");
+  second->set_op(std::string(n.op->spec->name));
+  second->add_inputs()->set_node("first");
+  // Its other inputs travel inline.
+  std::vector<Expected> others;
+  for (size_t i = 1; i < n.shapes.size(); ++i) {
+    client::HostTensor host = RandomTensor(fed.dtype, n.shapes[i], rng_);
+    const std::string key = absl::StrCat("b", i + 1);
+    second->add_inputs()->set_inline_name(key);
+    (*request.mutable_inline_tensors())[key] = client::ToProto(host);
+    others.push_back(Exactly(std::move(host)));
+  }
+  // From the first node's reference output: on the CPU backend the server runs the same
+  // reference rows, so that is the input its second node sees too.
+  std::vector<const Expected*> inputs = {&refs[0]};
+  for (const Expected& e : others) inputs.push_back(&e);
+  absl::StatusOr<Expected> ref = Reference(*n.op->spec, inputs, *cpu_);
+  if (!ref.ok()) {
+    Problem(/*wrong_result=*/true, absl::StrCat("reference: ", ref.status().message()));
+    return false;
+  }
+  refs.push_back(*std::move(ref));
+  ops.push_back(std::string(n.op->spec->name));
+  return true;
+}
+
 void SoakClient::Graph() {
-  // Room for up to two uploaded inputs, made before any input is chosen so that no input can
+  const std::span<const SoakOp> all = SoakOps();
+  const SoakOp& op = all[next_op_++ % all.size()];
+  // Room for every input to be uploaded, made before any input is chosen so that no input can
   // be deleted while in use.
-  while (stored_.size() + 2 > kMaxStored) Delete();
-  const OpCase& c = kOps[next_op_++ % std::size(kOps)];
-  const v1::DType dtype = c.dtypes[rng_() % c.dtypes.size()];
-  const std::vector<int64_t> shape = DrawShape(c, rng_);
+  while (stored_.size() + static_cast<size_t>(op.spec->arity) > kMaxStored) Delete();
+  const v1::DType dtype = op.dtypes[rng_() % op.dtypes.size()];
+  const std::optional<Shapes> shapes = DrawShapes(*op.spec, dtype, nullptr, rng_);
+  if (!shapes) {
+    Problem(/*wrong_result=*/false, absl::StrCat(op.spec->name, ": no small_shapes case fits"));
+    return;
+  }
 
   std::vector<GraphInput> inputs;
-  inputs.push_back(DrawInput(c.op, 0, shape, dtype));
-  if (std::string(c.op) == "matmul") {
-    const RefTensor& a = inputs[0].ref;
-    inputs.push_back(DrawInput(c.op, 1, {a.shape[1], Dim(rng_)}, a.dtype));
+  for (int i = 0; i < op.spec->arity; ++i) {
+    inputs.push_back(DrawInput(op, i, (*shapes)[i], dtype));
   }
   for (const GraphInput& in : inputs) {
     if (in.name.empty()) return;  // its upload failed, already counted
   }
 
-  // The first node, and sometimes a second fed by it: transpose feeds any op that takes its
-  // output, and a matmul's output is transposed.
+  // The first node, and sometimes a second fed by it.
   v1::ExecuteRequest request;
-  std::vector<std::string> ops = {c.op};
+  std::vector<std::string> ops = {std::string(op.spec->name)};
   v1::Node* first = request.add_nodes();
   first->set_id("first");
-  first->set_op(c.op);
+  first->set_op(ops[0]);
+  std::vector<const Expected*> first_inputs;
   for (const GraphInput& in : inputs) {
     if (in.stored) {
       first->add_inputs()->set_stored(in.name);
@@ -353,48 +371,15 @@ void SoakClient::Graph() {
       first->add_inputs()->set_inline_name(in.name);
       (*request.mutable_inline_tensors())[in.name] = client::ToProto(in.host);
     }
+    first_inputs.push_back(&in.ref);
   }
-  absl::StatusOr<RefTensor> first_ref = Reference(
-      c.op, inputs.size() == 1 ? std::vector<const RefTensor*>{&inputs[0].ref}
-                               : std::vector<const RefTensor*>{&inputs[0].ref, &inputs[1].ref});
+  absl::StatusOr<Expected> first_ref = Reference(*op.spec, first_inputs, *cpu_);
   if (!first_ref.ok()) {
     Problem(/*wrong_result=*/true, absl::StrCat("reference: ", first_ref.status().message()));
     return;
   }
-  std::vector<RefTensor> refs = {*std::move(first_ref)};
-  if (Chance(rng_, 25)) {
-    std::vector<const OpCase*> next;
-    if (ops[0] == "transpose") {
-      for (const OpCase& n : kOps) {
-        if (Accepts(n, refs[0])) next.push_back(&n);
-      }
-    } else if (ops[0] == "matmul") {
-      next.push_back(FindOpCase("transpose"));
-    }
-    if (!next.empty()) {
-      const OpCase& n = *next[rng_() % next.size()];
-      v1::Node* second = request.add_nodes();
-      second->set_id("second");
-      second->set_op(n.op);
-      second->add_inputs()->set_node("first");
-      std::vector<const RefTensor*> second_inputs = {&refs[0]};
-      RefTensor b;
-      if (std::string(n.op) == "matmul") {
-        client::HostTensor host = RandomTensor(refs[0].dtype, {refs[0].shape[1], Dim(rng_)}, rng_);
-        b = FromHost(host);
-        second->add_inputs()->set_inline_name("b2");
-        (*request.mutable_inline_tensors())["b2"] = client::ToProto(host);
-        second_inputs.push_back(&b);
-      }
-      absl::StatusOr<RefTensor> second_ref = Reference(n.op, second_inputs);
-      if (!second_ref.ok()) {
-        Problem(/*wrong_result=*/true, absl::StrCat("reference: ", second_ref.status().message()));
-        return;
-      }
-      refs.push_back(*std::move(second_ref));
-      ops.push_back(n.op);
-    }
-  }
+  std::vector<Expected> refs = {*std::move(first_ref)};
+  if (Chance(rng_, 25) && !AddSecondNode(request, refs, ops)) return;
   const std::string last = refs.size() == 1 ? "first" : "second";
   v1::OutputSpec* out = request.add_outputs();
   out->set_node(last);
@@ -417,21 +402,26 @@ void SoakClient::Graph() {
   const Clock::time_point start = Clock::now();
   absl::StatusOr<v1::ExecuteResponse> response = client_->Execute(request);
   Record("Execute", start);
+  const client::HostTensor& input0 = inputs[0].ref.tensor;
   const std::string what = absl::StrCat(
-      "Execute ", absl::StrJoin(ops, "->"), " ", client::DTypeName(inputs[0].ref.dtype),
-      client::ShapeString(inputs[0].ref.shape), inputs[0].stored ? " stored" : " inline");
+      "Execute ", absl::StrJoin(ops, "->"), " ", client::DTypeName(input0.dtype),
+      client::ShapeString(input0.shape), inputs[0].stored ? " stored" : " inline");
   if (!ExpectOk(what, response.status())) {
     if (!store_as.empty()) stored_.erase(store_as);  // an overwrite may or may not have landed
     return;
   }
-  ++stats_.graphs[absl::StrCat(c.op, inputs[0].stored ? "/stored" : "/inline")];
+  ++stats_.graphs[absl::StrCat(op.spec->name, inputs[0].stored ? "/stored" : "/inline")];
   if (response->nodes_size() != static_cast<int>(refs.size())) {
     Problem(/*wrong_result=*/true,
             absl::StrCat(what, ": ", response->nodes_size(), " node results"));
   }
+  // Each output is held to the tolerance of the algorithm that computed it.
+  for (const v1::NodeResult& node : response->nodes()) {
+    (node.id() == "first" ? refs[0] : refs.back()).algorithm = node.algorithm();
+  }
   int returned = 0;
   for (const v1::NamedTensor& named : response->outputs()) {
-    const RefTensor& ref = named.node() == "first" ? refs[0] : refs.back();
+    const Expected& ref = named.node() == "first" ? refs[0] : refs.back();
     absl::StatusOr<client::HostTensor> got = client::FromProto(named.tensor());
     ++stats_.results_checked;
     ++returned;

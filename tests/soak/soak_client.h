@@ -1,7 +1,8 @@
 // One of the soak's concurrent clients: its own connection, its own tensor names, and a model
-// of what it stored. It mixes puts, gets, deletes, lists, graphs of every op (inline and stored
-// inputs) and malformed requests, and checks every answer: results against the float64
-// reference, stored bytes against the model, failures against the code their row expects.
+// of what it stored. It mixes puts, gets, deletes, lists, graphs of every op of the table (inline
+// and stored inputs) and malformed requests, and checks every answer: results against the
+// table's CPU reference (op_model.h), stored bytes against the model, failures against the code
+// their row expects.
 #pragma once
 
 #include <chrono>
@@ -16,8 +17,9 @@
 #include "absl/time/time.h"
 #include "client/opserve_client.h"
 #include "opserve/v1/opserve.grpc.pb.h"
+#include "server/engine/backend.h"
 #include "tests/soak/malformed.h"
-#include "tests/soak/reference.h"
+#include "tests/soak/op_model.h"
 
 namespace opserve::soak {
 
@@ -53,18 +55,18 @@ class SoakClient {
 
  private:
   struct Stored {
-    RefTensor ref;  // exact for what the client put; a server output keeps its tolerance
+    Expected ref;  // exact for what the client put; a server output keeps its tolerance
   };
   // One input of a graph: its reference, and how the request carries it.
   struct GraphInput {
-    RefTensor ref;
+    Expected ref;
     bool stored = false;
     std::string name;         // the stored name, or the inline key
     client::HostTensor host;  // inline only
   };
 
   SoakClient(int index, uint64_t seed, std::unique_ptr<client::Client> client,
-             std::unique_ptr<v1::OpServe::Stub> stub);
+             std::unique_ptr<v1::OpServe::Stub> stub, std::unique_ptr<ExecEnv> cpu);
 
   // The actions of the mix.
   void PutNew();
@@ -76,9 +78,16 @@ class SoakClient {
   void Malformed();
   void Cleanup();
 
-  // A fresh or an already stored input for `op` (input 0), drawn at random.
-  GraphInput DrawInput(const std::string& op, int which, const std::vector<int64_t>& shape,
+  // A fresh or an already stored input `which` of `op`, drawn at random.
+  GraphInput DrawInput(const SoakOp& op, int which, const std::vector<int64_t>& shape,
                        v1::DType dtype);
+  // A random tensor the ops take, for puts.
+  client::HostTensor DrawTensor();
+  // Adds a node "second" fed by "first" (refs[0]) to `request`, of an op drawn from those that
+  // take first's output, with its expected output in `refs` and its op in `ops`; none where no
+  // op does. False, counted as a problem, when its reference fails.
+  bool AddSecondNode(v1::ExecuteRequest& request, std::vector<Expected>& refs,
+                     std::vector<std::string>& ops);
   std::string NewName(absl::string_view kind);
   std::string RandomStoredName();
   bool PutChecked(const std::string& name, const client::HostTensor& tensor, bool overwrite);
@@ -94,6 +103,7 @@ class SoakClient {
   std::mt19937_64 rng_;
   std::unique_ptr<client::Client> client_;
   std::unique_ptr<v1::OpServe::Stub> stub_;
+  std::unique_ptr<ExecEnv> cpu_;  // runs the reference rows, this client's thread only
   std::map<std::string, Stored> stored_;
   uint64_t next_name_ = 0;
   size_t next_malformed_ = 0;

@@ -2,8 +2,8 @@
 // puts, gets, deletes, lists, graphs of every op with inline and stored inputs, and malformed
 // requests (tests/soak/malformed.cc). It asserts
 //   - zero unexpected errors: a malformed request gets exactly its row's code, nothing else fails;
-//   - every result correct: outputs against the float64 reference, downloads and listings against
-//     each client's model of what it stored;
+//   - every result correct: outputs against the op table's CPU reference rows (op_model.h),
+//     downloads and listings against each client's model of what it stored;
 //   - memory flat after warm-up: with every client's tensors deleted after each phase, the
 //     server's VmRSS at the end is at most kRssSlack * (VmRSS after warm-up) + kRssAllowance,
 //     and its pool (opserve_device_memory_bytes{kind="used"}, and the bytes ListTensors shows)
@@ -35,6 +35,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "server/ops/op.h"
 #include "tests/e2e/server_process.h"
 #include "tests/soak/malformed.h"
 #include "tests/soak/server_probe.h"
@@ -353,10 +354,10 @@ TEST(Soak, MixedLoadOnLoopback) {
     EXPECT_GT(stats.malformed[k.name], 0) << "malformed kind " << k.name << " never answered "
                                           << absl::StatusCodeToString(k.expected);
   }
-  for (const char* op : {"sum", "row_sum", "row_mean", "transpose", "matmul"}) {
+  for (const OpSpec& op : Ops()) {
     for (const char* inputs : {"inline", "stored"}) {
-      EXPECT_GT(stats.graphs[absl::StrCat(op, "/", inputs)], 0)
-          << op << " with " << inputs << " inputs never checked";
+      EXPECT_GT(stats.graphs[absl::StrCat(op.name, "/", inputs)], 0)
+          << op.name << " with " << inputs << " inputs never checked";
     }
   }
   EXPECT_LE(end->rss, rss_limit) << "server RSS grew after warm-up: " << Mib(warm->rss) << " -> "
