@@ -42,6 +42,9 @@ ABSL_FLAG(uint64_t, memory_budget_bytes, 0,
           "bytes of device memory the server may hold (0: 90% of free GPU memory, or half of RAM)");
 ABSL_FLAG(int, max_graph_nodes, 256, "most nodes in one Execute graph");
 ABSL_FLAG(int, max_inflight, 64, "most Execute requests queued or running on the device");
+ABSL_FLAG(int, lanes, 0,
+          "execution lanes per device, each a thread with its own stream and cuBLAS handle, all "
+          "taking requests from one queue (0: 2 on a GPU, 1 on the CPU)");
 ABSL_FLAG(int, worker_poll_us, 2000,
           "after each job the device worker polls its queue this long before it sleeps (0: "
           "sleep at once); requests closer together than this skip a thread wake-up");
@@ -61,6 +64,11 @@ ABSL_FLAG(std::string, test_fail_algorithm, "",
 
 namespace opserve {
 namespace {
+
+// Lanes on a GPU when --lanes is 0: the fewest that reach the service targets of
+// PERFORMANCE.md (bench/service_bench.cc measures 1, 2 and 4); each lane holds a stream, a
+// cuBLAS handle and its workspace, and a staging area.
+constexpr int kDefaultCudaLanes = 2;
 
 // Abseil prints it after "opserve: ".
 constexpr char kUsage[] =
@@ -283,9 +291,23 @@ int Run() {
   }
   std::unique_ptr<Metrics> metrics = *std::move(metrics_or);
 
+  const int lanes = absl::GetFlag(FLAGS_lanes) > 0 ? absl::GetFlag(FLAGS_lanes)
+                    : backend->name() == "cuda"   ? kDefaultCudaLanes
+                                                  : 1;
+  if (lanes > absl::GetFlag(FLAGS_max_inflight)) {
+    std::cerr << "opserve: --lanes=" << lanes << " is more than --max_inflight="
+              << absl::GetFlag(FLAGS_max_inflight) << ": a lane would never have work" << std::endl;
+    return 2;
+  }
+  if (metrics) metrics->InitLanes(lanes);
+  std::cerr << "opserve: " << lanes << (lanes == 1 ? " lane" : " lanes") << std::endl;
+  Metrics* lane_metrics = metrics.get();
   auto device_or = Device::Start(
-      std::move(backend), absl::GetFlag(FLAGS_max_inflight),
-      std::chrono::microseconds(std::clamp(absl::GetFlag(FLAGS_worker_poll_us), 0, 1000000)));
+      std::move(backend), lanes, absl::GetFlag(FLAGS_max_inflight),
+      std::chrono::microseconds(std::clamp(absl::GetFlag(FLAGS_worker_poll_us), 0, 1000000)),
+      [lane_metrics](int lane, int running) {
+        if (lane_metrics != nullptr) lane_metrics->SetLaneBusy(lane, running);
+      });
   if (!device_or.ok()) {
     std::cerr << "opserve: device worker: " << device_or.status() << std::endl;
     return 2;

@@ -39,16 +39,20 @@ bool IsSticky(cudaError_t e) {
 
 class CudaBackend;
 
-// Device memory from the stream-ordered pool. Freed on the compute stream: a buffer dropped
-// mid-request (an intermediate after its last reader) is reused only after the launches that
-// were queued before the drop, and every other drop happens after the device finished with it.
+// Device memory from the stream-ordered pool, freed on the stream it was allocated on: a buffer
+// a lane drops mid-request (an intermediate after its last reader) is reused only after the
+// launches that lane queued before the drop, even while other lanes run. Every other drop
+// happens after the device finished with the buffer (the requests that read it hold it until
+// their wait), so the stream it is freed on orders nothing else.
 class DeviceBuffer final : public Buffer {
  public:
-  DeviceBuffer(void* p, uint64_t bytes, CudaBackend* backend) : Buffer(p, bytes), backend_(backend) {}
+  DeviceBuffer(void* p, uint64_t bytes, CudaBackend* backend, cudaStream_t stream)
+      : Buffer(p, bytes), backend_(backend), stream_(stream) {}
   ~DeviceBuffer() override;
 
  private:
   CudaBackend* backend_;
+  cudaStream_t stream_;
 };
 
 class CudaBackend final : public Backend {
@@ -71,11 +75,13 @@ class CudaBackend final : public Backend {
 
   // For the buffers and the execution context.
   absl::StatusOr<BufferPtr> AllocateOn(uint64_t bytes, cudaStream_t stream);
-  void Free(void* p, uint64_t bytes);
+  void Free(void* p, uint64_t bytes, cudaStream_t stream);
+  // A stream for one lane's execution context. The backend owns it, so that buffers allocated
+  // on it can still be freed on it after the context is gone (stored tensors outlive lanes).
+  absl::StatusOr<cudaStream_t> NewLaneStream();
   absl::Status Check(cudaError_t err, absl::string_view what);
   PinnedPool& pinned() { return pinned_; }
   int device_index() const { return device_; }
-  void set_compute_stream(cudaStream_t s) { compute_stream_ = s; }
 
  private:
   absl::Status CopyOutVia(PinnedPool::Block block, const Buffer& src, uint64_t offset, void* dst,
@@ -91,13 +97,14 @@ class CudaBackend final : public Backend {
   cudaStream_t alloc_stream_ = nullptr;    // allocations made off the worker (uploads)
   cudaStream_t copy_stream_ = nullptr;     // downloads (GetTensor, returned outputs)
   std::mutex copy_mu_;
-  std::atomic<cudaStream_t> compute_stream_{nullptr};
+  std::mutex lanes_mu_;
+  std::vector<cudaStream_t> lane_streams_;  // destroyed with the backend
   PinnedPool pinned_;
   mutable std::mutex health_mu_;
   absl::Status health_;
 };
 
-DeviceBuffer::~DeviceBuffer() { backend_->Free(data(), bytes()); }
+DeviceBuffer::~DeviceBuffer() { backend_->Free(data(), bytes(), stream_); }
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device, uint64_t budget) {
   RETURN_IF_ERROR(FromCuda(cudaSetDevice(device), "cudaSetDevice"));
@@ -129,6 +136,7 @@ CudaBackend::~CudaBackend() {
   pinned_.Clear();
   if (alloc_stream_) cudaStreamDestroy(alloc_stream_);
   if (copy_stream_) cudaStreamDestroy(copy_stream_);
+  for (cudaStream_t s : lane_streams_) cudaStreamDestroy(s);
 }
 
 absl::Status CudaBackend::Check(cudaError_t err, absl::string_view what) {
@@ -159,7 +167,7 @@ absl::StatusOr<BufferPtr> CudaBackend::AllocateOn(uint64_t bytes, cudaStream_t s
     }
     return Check(err, "cudaMallocAsync");
   }
-  return std::make_shared<DeviceBuffer>(p, bytes, this);
+  return std::make_shared<DeviceBuffer>(p, bytes, this, stream);
 }
 
 absl::StatusOr<BufferPtr> CudaBackend::Allocate(uint64_t bytes) {
@@ -170,11 +178,19 @@ absl::StatusOr<BufferPtr> CudaBackend::Allocate(uint64_t bytes) {
   return b;
 }
 
-void CudaBackend::Free(void* p, uint64_t bytes) {
+void CudaBackend::Free(void* p, uint64_t bytes, cudaStream_t stream) {
   cudaSetDevice(device_);
-  cudaStream_t s = compute_stream_.load();
-  cudaFreeAsync(p, s ? s : alloc_stream_);
+  cudaFreeAsync(p, stream);
   budget_.Release(bytes);
+}
+
+absl::StatusOr<cudaStream_t> CudaBackend::NewLaneStream() {
+  RETURN_IF_ERROR(FromCuda(cudaSetDevice(device_), "cudaSetDevice"));
+  cudaStream_t s = nullptr;
+  RETURN_IF_ERROR(FromCuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream"));
+  std::lock_guard<std::mutex> lock(lanes_mu_);
+  lane_streams_.push_back(s);
+  return s;
 }
 
 absl::Status CudaBackend::CopyOut(const Buffer& src, uint64_t offset, void* dst, uint64_t bytes) {
@@ -292,16 +308,13 @@ class CudaExecEnv final : public ExecEnv {
       cudaEventDestroy(b);
     }
     kernels::CublasDestroyHandle(blas_);
-    backend_->set_compute_stream(nullptr);
-    if (stream_) cudaStreamDestroy(stream_);
   }
 
   absl::Status Init() {
     RETURN_IF_ERROR(FromCuda(cudaSetDevice(backend_->device_index()), "cudaSetDevice"));
-    RETURN_IF_ERROR(FromCuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream"));
+    ASSIGN_OR_RETURN(stream_, backend_->NewLaneStream());
     blas_ = kernels::CublasCreateHandle(stream_);
     if (blas_ == nullptr) return absl::InternalError("cuBLAS: no handle (see the log for why)");
-    backend_->set_compute_stream(stream_);
     return absl::OkStatus();
   }
 

@@ -1,7 +1,7 @@
 // One device as the engine uses it: its backend (memory through a budget, copies) and its
-// worker, a thread that owns the device's execution context (stream, cuBLAS handle, scratch)
-// and runs jobs in order. More devices, or more workers (lanes) per device, are more of these
-// objects or more workers in this one; nothing above the engine holds a worker directly.
+// worker, whose lanes (a thread and an execution context each: stream, cuBLAS handle, scratch)
+// take jobs from one queue. More devices are more of these objects; nothing above the engine
+// holds a worker directly.
 #pragma once
 
 #include <chrono>
@@ -15,10 +15,11 @@ namespace opserve {
 
 class Device {
  public:
-  // Starts the worker (see DeviceWorker::Start for `max_queue` and `poll`).
+  // Starts the worker (see DeviceWorker::Start for `lanes`, `max_queue`, `poll`, `observer`).
   static absl::StatusOr<std::unique_ptr<Device>> Start(
-      std::unique_ptr<Backend> backend, int max_queue,
-      std::chrono::microseconds poll = std::chrono::microseconds(2000));
+      std::unique_ptr<Backend> backend, int lanes, int max_queue,
+      std::chrono::microseconds poll = std::chrono::microseconds(2000),
+      DeviceWorker::LaneObserver observer = nullptr);
 
   Backend& backend() { return *backend_; }
   const Backend& backend() const { return *backend_; }
@@ -26,6 +27,7 @@ class Device {
   // Shutdown began.
   absl::Status Submit(DeviceWorker::Job job) { return worker_->Submit(std::move(job)); }
   int queue_depth() const { return worker_->depth(); }
+  int lanes() const { return worker_->lanes(); }
   // Runs the jobs already queued, then stops the worker. The backend lives on.
   void Shutdown() { worker_->Shutdown(); }
 

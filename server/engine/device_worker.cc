@@ -6,17 +6,22 @@
 
 namespace opserve {
 
-absl::StatusOr<std::unique_ptr<DeviceWorker>> DeviceWorker::Start(Backend& backend, int max_queue,
-                                                                  std::chrono::microseconds poll) {
-  std::unique_ptr<DeviceWorker> w(new DeviceWorker(backend, max_queue, poll));
-  std::promise<absl::Status> started;
-  auto ready = started.get_future();
-  w->thread_ = std::thread(&DeviceWorker::Loop, w.get(), &started);
-  absl::Status s = ready.get();
-  if (!s.ok()) {
-    w->thread_.join();
-    return s;
+absl::StatusOr<std::unique_ptr<DeviceWorker>> DeviceWorker::Start(Backend& backend, int lanes,
+                                                                  int max_queue,
+                                                                  std::chrono::microseconds poll,
+                                                                  LaneObserver observer) {
+  if (lanes < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("lanes must be at least 1, got ", lanes));
   }
+  std::unique_ptr<DeviceWorker> w(new DeviceWorker(backend, max_queue, poll, std::move(observer)));
+  std::vector<std::promise<absl::Status>> started(lanes);
+  for (int lane = 0; lane < lanes; ++lane) {
+    w->threads_.emplace_back(&DeviceWorker::Loop, w.get(), lane, &started[lane]);
+  }
+  absl::Status status;
+  for (auto& s : started) status.Update(s.get_future().get());
+  if (!status.ok()) w->Shutdown();  // the lanes that did start stop; the failed ones returned
+  if (!status.ok()) return status;
   return w;
 }
 
@@ -50,10 +55,12 @@ void DeviceWorker::Shutdown() {
     stopping_ = true;
   }
   cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  for (std::thread& t : threads_) {
+    if (t.joinable()) t.join();
+  }
 }
 
-void DeviceWorker::Loop(std::promise<absl::Status>* started) {
+void DeviceWorker::Loop(int lane, std::promise<absl::Status>* started) {
   auto env = backend_.NewExecEnv();
   started->set_value(env.status());
   if (!env.ok()) return;
@@ -76,12 +83,14 @@ void DeviceWorker::Loop(std::promise<absl::Status>* started) {
       queued_.fetch_sub(1, std::memory_order_relaxed);
       ++running_;
     }
+    if (observer_) observer_(lane, 1);
     Completion done = job(**env);
     job = nullptr;  // what the job held (a plan, its tensors) goes before the reply
     {
       std::lock_guard<std::mutex> lock(mu_);
       --running_;
     }
+    if (observer_) observer_(lane, 0);
     if (done) done();
   }
 }

@@ -151,6 +151,8 @@ struct Metrics::Impl {
   prometheus::Gauge* memory_total = nullptr;
   prometheus::Gauge* tensors = nullptr;
   prometheus::Gauge* inflight = nullptr;
+  prometheus::Family<prometheus::Gauge>* lane_busy = nullptr;
+  std::vector<prometheus::Gauge*> lanes;  // written once by InitLanes, before the lanes start
 
   // Caches of lazily made children. The pointers stay valid: families never drop children.
   std::mutex mu;
@@ -222,6 +224,11 @@ void Metrics::Impl::Build(const std::string& backend) {
                   .Help("RPCs being handled now.")
                   .Register(*registry)
                   .Add({});
+  lane_busy = &prometheus::BuildGauge()
+                   .Name("opserve_lane_busy")
+                   .Help("Requests running on a device lane now (0 or 1); averaged over time, "
+                         "the lane's busy fraction.")
+                   .Register(*registry);
   prometheus::BuildGauge()
       .Name("opserve_build_info")
       .Help("Always 1; the labels tell the version and the backend.")
@@ -383,6 +390,19 @@ void Metrics::SetMemory(uint64_t used, uint64_t budget, uint64_t total) {
 }
 
 void Metrics::SetTensors(int64_t count) { impl_->tensors->Set(static_cast<double>(count)); }
+
+void Metrics::InitLanes(int lanes) {
+  for (int lane = static_cast<int>(impl_->lanes.size()); lane < lanes; ++lane) {
+    impl_->lanes.push_back(
+        &impl_->lane_busy->Add({{"device", impl_->device}, {"lane", std::to_string(lane)}}));
+  }
+}
+
+void Metrics::SetLaneBusy(int lane, int running) {
+  if (lane >= 0 && lane < static_cast<int>(impl_->lanes.size())) {
+    impl_->lanes[lane]->Set(running);
+  }
+}
 
 void Metrics::AddInflight(int64_t delta) {
   if (delta >= 0) {

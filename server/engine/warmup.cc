@@ -1,6 +1,7 @@
 #include "server/engine/warmup.h"
 
 #include <future>
+#include <latch>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -71,13 +72,33 @@ absl::StatusOr<int> RunAll(Backend& backend, ExecEnv& env) {
 }  // namespace
 
 absl::StatusOr<int> WarmUpKernels(Device& device) {
-  std::promise<absl::StatusOr<int>> result;
-  auto done = result.get_future();
-  RETURN_IF_ERROR(device.Submit([&](ExecEnv& env) -> DeviceWorker::Completion {
-    result.set_value(RunAll(device.backend(), env));
-    return nullptr;
-  }));
-  return done.get();
+  // One job per lane, each held at the latch until every lane has taken one: so each lane's
+  // context (its cuBLAS handle, its scratch and staging) is warmed, not one lane n times.
+  const int lanes = device.lanes();
+  std::latch all_taken(lanes);
+  std::vector<std::promise<absl::StatusOr<int>>> results(lanes);
+  absl::Status status;
+  int submitted = 0;
+  for (; submitted < lanes; ++submitted) {
+    const int i = submitted;
+    status = device.Submit([&, i](ExecEnv& env) -> DeviceWorker::Completion {
+      all_taken.arrive_and_wait();
+      results[i].set_value(RunAll(device.backend(), env));
+      return nullptr;
+    });
+    if (!status.ok()) {
+      all_taken.count_down(lanes - i);  // release the jobs already taken
+      break;
+    }
+  }
+  int runs = 0;
+  for (int i = 0; i < submitted; ++i) {
+    absl::StatusOr<int> n = results[i].get_future().get();
+    if (n.ok()) runs += *n;
+    status.Update(n.status());
+  }
+  if (!status.ok()) return status;
+  return runs;
 }
 
 }  // namespace opserve

@@ -190,6 +190,22 @@ TEST(MetricsTest, DeclaredKernelSeriesExistAtZeroBeforeTheFirstLaunch) {
   EXPECT_EQ(CountSeries(text, "opserve_kernel_launches_total"), 2);
 }
 
+TEST(MetricsTest, LaneSeriesExistAtZeroAndFollowTheirLane) {
+  auto metrics = Metrics::Create("", "cuda:0", "cuda");
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  (*metrics)->InitLanes(3);
+  std::string text = (*metrics)->Scrape();
+  EXPECT_NE(text.find("# TYPE opserve_lane_busy gauge\n"), std::string::npos);
+  EXPECT_EQ(CountSeries(text, "opserve_lane_busy"), 3);
+  const Labels lane1 = {{"device", "cuda:0"}, {"lane", "1"}};
+  EXPECT_EQ(Value(text, "opserve_lane_busy", lane1), 0);
+  (*metrics)->SetLaneBusy(1, 1);
+  (*metrics)->SetLaneBusy(7, 1);  // no such lane: ignored, no new series
+  text = (*metrics)->Scrape();
+  EXPECT_EQ(Value(text, "opserve_lane_busy", lane1), 1);
+  EXPECT_EQ(CountSeries(text, "opserve_lane_busy"), 3);
+}
+
 TEST(MetricsTest, BadKernelTimeIsDroppedWithoutPoisoningTheCounter) {
   auto metrics = MakeMetrics();
   ASSERT_NE(metrics, nullptr);
