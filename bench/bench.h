@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "bench/concurrency_bench.h"
+
 namespace opserve::bench {
 
 // One timed thing: a table algorithm, an `auto` resolution, or a ceiling.
@@ -64,6 +66,7 @@ struct Report {
   double floor_us = 0;  // an empty one-warp kernel, timed like every run
   std::vector<Row> rows;
   ServiceFigures service;
+  ConcurrencyFigures load;  // the service under concurrent load (concurrency_bench.h)
   std::vector<TargetCheck> targets;
 };
 

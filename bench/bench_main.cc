@@ -216,11 +216,19 @@ int main(int argc, char** argv) {
     std::printf("service path over loopback gRPC (%s, chunk %lld bytes; 0: the client default)\n", so.opserve_bin.c_str(), static_cast<long long>(so.chunk_bytes));
     std::fflush(stdout);
     rep.service = RunServiceBench(so);
+    ConcurrencyOptions co;
+    co.opserve_bin = so.opserve_bin;
+    co.server_args = so.server_args;
+    std::printf("service under concurrent load: lanes 1, 2, 4 x concurrency 1, 16, 64\n");
+    std::fflush(stdout);
+    rep.load = RunConcurrencyBench(co);
+    PrintConcurrency(rep.load, opt.out_dir.empty() ? "" : opt.out_dir + "/load.csv");
 #else
     rep.service.error = "built without the client library";
 #endif
   }
   AddTargets(rep);
+  AddConcurrencyTargets(rep.load, rep);
   PrintReport(rep);
   // A sweep run writes only its own transpose_sweep.csv.
   if (!opt.out_dir.empty() && !opt.transpose_sweep && !WriteReport(rep, opt.out_dir)) return 1;

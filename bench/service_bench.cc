@@ -8,6 +8,7 @@
 //     uses) and through the client library's HealthServing.
 //   - PutTensor and GetTensor of a 1 GiB tensor: bytes over the call's wall time.
 #include "bench/service_bench.h"
+#include "bench/service_process.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -38,125 +39,8 @@ extern char** environ;
 namespace opserve::bench {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-constexpr char kListening[] = "opserve: listening on ";
 constexpr int64_t kRows = 4096, kCols = 4096;
 constexpr uint64_t kTransferBytes = 1ull << 30;
-
-double Us(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
-
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5));
-  return v[i];
-}
-
-// opserve as a child process: its output drained by a thread, its port read from the
-// "listening on" line, SIGTERM (then SIGKILL) when this object goes.
-class Server {
- public:
-  ~Server() {
-    if (pid_ > 0) {
-      kill(pid_, SIGTERM);
-      int status = 0;
-      for (int i = 0; i < 100 && waitpid(pid_, &status, WNOHANG) == 0; ++i) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        if (i == 99) {
-          kill(pid_, SIGKILL);
-          waitpid(pid_, &status, 0);
-        }
-      }
-    }
-    if (reader_.joinable()) reader_.join();
-    if (fd_ >= 0) close(fd_);
-  }
-
-  std::string Start(const std::string& bin, const std::vector<std::string>& extra) {
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0) return absl::StrCat("pipe: ", std::strerror(errno));
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-    posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
-    std::vector<std::string> args = {bin, "--device=cuda", "--host=127.0.0.1", "--port=0",
-                                     "--metrics_port=-1"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    const int rc = posix_spawn(&pid_, bin.c_str(), &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    close(fds[1]);
-    fd_ = fds[0];
-    if (rc != 0) {
-      pid_ = -1;
-      return absl::StrCat("cannot start ", bin, ": ", std::strerror(rc));
-    }
-    reader_ = std::thread([this] {
-      char buf[4096];
-      ssize_t n;
-      while ((n = read(fd_, buf, sizeof(buf))) > 0) {
-        std::lock_guard<std::mutex> lock(mu_);
-        output_.append(buf, n);
-        cv_.notify_all();
-      }
-      std::lock_guard<std::mutex> lock(mu_);
-      eof_ = true;
-      cv_.notify_all();
-    });
-    std::unique_lock<std::mutex> lock(mu_);
-    const bool ready = cv_.wait_for(lock, std::chrono::seconds(60), [&] {
-      const size_t at = output_.find(kListening);
-      return eof_ || (at != std::string::npos && output_.find('\n', at) != std::string::npos);
-    });
-    const size_t at = output_.find(kListening);
-    if (!ready || at == std::string::npos) {
-      return absl::StrCat("opserve did not print its listening line; it said: ", output_);
-    }
-    const std::string line = output_.substr(at, output_.find('\n', at) - at);
-    port_ = std::atoi(line.substr(line.rfind(':') + 1).c_str());
-    return port_ > 0 ? "" : absl::StrCat("no port in: ", line);
-  }
-
-  int port() const { return port_; }
-
- private:
-  pid_t pid_ = -1;
-  int fd_ = -1;
-  int port_ = 0;
-  std::thread reader_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::string output_;
-  bool eof_ = false;
-};
-
-// Random float32 bytes in [-1, 1), never zero (a fast xorshift: a GiB takes well under a second).
-std::string RandomFloats(uint64_t count) {
-  std::string bytes(count * sizeof(float), '\0');
-  auto* p = reinterpret_cast<float*>(bytes.data());
-  uint64_t x = std::random_device{}() | 1;
-  for (uint64_t i = 0; i < count; ++i) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    const float v = static_cast<float>(x >> 40) * (2.0f / 16777216.0f) - 1.0f;
-    p[i] = v == 0.0f ? 0.5f : v;
-  }
-  return bytes;
-}
-
-// A plain unary Health/Check (empty request: the whole server) on `stub`: gRPC's floor.
-bool RawHealthCheck(grpc::GenericStub* stub) {
-  grpc::ClientContext context;
-  grpc::Slice empty;
-  grpc::ByteBuffer request(&empty, 1), response;
-  std::promise<grpc::Status> done;
-  stub->UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
-                  &response, [&](grpc::Status s) { done.set_value(std::move(s)); });
-  return done.get_future().get().ok();
-}
 
 }  // namespace
 

@@ -1,0 +1,48 @@
+// The service under concurrent load (issue 14's targets): for each lane count, the real `opserve`
+// on loopback, stored row_mean inputs, T threads on one channel each making blocking Execute
+// calls for a fixed time; gRPC's floor measured the same way with Health/Check in the same run.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace opserve::bench {
+
+struct ConcurrencyOptions {
+  std::string opserve_bin;
+  std::vector<std::string> server_args;  // appended to the server's command line
+  std::vector<int> lanes = {1, 2, 4};
+  std::vector<int> concurrency = {1, 16, 64};
+  double seconds = 1.5;  // per point
+};
+
+// One point: a workload at a concurrency on a server of `lanes` lanes ("health": the floor).
+struct LoadPoint {
+  int lanes = 0;
+  std::string workload;  // "row_mean 4096x4096", ..., or "health"
+  int concurrency = 0;
+  int64_t requests = 0;
+  double req_per_s = 0;
+  double p50_us = 0, p99_us = 0;
+  double kernel_p50_us = 0;  // NodeResult.kernel_us; 0 for health
+  double compute_p50_us = 0;  // ExecuteResponse.timing.compute_us
+};
+
+struct ConcurrencyFigures {
+  bool ran = false;
+  std::string error;
+  std::vector<LoadPoint> points;
+  // The point of (lanes, workload, concurrency), or nullptr.
+  const LoadPoint* Find(int lanes, const std::string& workload, int concurrency) const;
+};
+
+ConcurrencyFigures RunConcurrencyBench(const ConcurrencyOptions& options);
+
+struct Report;
+// Issue 14's targets 1, 2, 3 and 5 for each lane count measured (4, graph replay, is not built).
+void AddConcurrencyTargets(const ConcurrencyFigures& f, Report& rep);
+
+// The table, and a CSV of every point beside the bench's other files when `csv_path` is set.
+void PrintConcurrency(const ConcurrencyFigures& f, const std::string& csv_path);
+
+}  // namespace opserve::bench
