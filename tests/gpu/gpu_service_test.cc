@@ -2,11 +2,13 @@
 // the client library. Skipped (not passed) where no GPU is usable.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <iostream>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "server/engine/cuda_backend.h"
 #include "server/ops/op.h"
@@ -244,6 +246,62 @@ TEST_F(GpuStickyFaultTest, IllegalAddressTurnsHealthNotServing) {
   ASSERT_TRUE(serving.ok()) << serving.status();
   EXPECT_FALSE(*serving);
   EXPECT_TRUE(StatusIs(client().Execute(req).status(), absl::StatusCode::kUnavailable));
+}
+
+class GpuStickyFaultUnderLoadTest : public GpuServiceTest {
+ protected:
+  std::vector<std::string> ExtraFlags() const override {
+    return {"--test_fail_algorithm=sum/vectorized", "--lanes=4"};
+  }
+};
+
+// The same fault while other lanes run matmuls: every request either succeeds with the right
+// answer (it finished before the fault) or fails; none returns wrong data, the server keeps
+// running, health turns NOT_SERVING, and afterwards every request is refused.
+TEST_F(GpuStickyFaultUnderLoadTest, FaultDuringConcurrentLoadFailsInFlightRequests) {
+  ASSERT_TRUE(Serving());
+  constexpr int64_t n = 512;
+  auto col_sums = StoreExactMatmulInputs(client(), "a", "b", n, rng_);
+  ASSERT_TRUE(col_sums.ok()) << col_sums.status();
+  v1::ExecuteRequest mm;
+  AddNode(mm, "p", "matmul", {Stored("a"), Stored("b")}, "naive");
+  AddOutput(mm, "p", true);
+  std::atomic<bool> stop{false};
+  std::atomic<int> ok{0}, failed{0}, wrong{0};
+  std::vector<std::thread> load;
+  for (int t = 0; t < 6; ++t) {
+    load.emplace_back([&] {
+      client::ClientOptions o;
+      o.target = server().target();
+      auto c = client::Client::Connect(o);
+      if (!c.ok()) return;
+      while (!stop.load()) {
+        auto r = (*c)->Execute(mm);
+        if (!r.ok()) {
+          ++failed;
+          continue;
+        }
+        if (IsExactMatmul(*r, n, *col_sums)) ++ok; else ++wrong;
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  v1::ExecuteRequest bad;
+  AddInline(bad, "x", RandomFloats({1000}, rng_));
+  AddNode(bad, "s", "sum", {Inline("x")}, "vectorized");
+  AddOutput(bad, "s", true);
+  EXPECT_FALSE(client().Execute(bad).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  stop = true;
+  for (std::thread& t : load) t.join();
+  EXPECT_GT(ok.load(), 0) << "no load ran before the fault";
+  EXPECT_GT(failed.load(), 0) << "no request failed after the fault";
+  EXPECT_EQ(wrong.load(), 0) << "a request returned wrong data across the fault";
+  auto serving = client().HealthServing();
+  ASSERT_TRUE(serving.ok()) << serving.status();
+  EXPECT_FALSE(*serving);
+  EXPECT_FALSE(client().Execute(mm).ok());
+  EXPECT_TRUE(server().Alive());
 }
 #endif
 
