@@ -178,6 +178,8 @@ std::string JsonString(absl::string_view s) {
   return out + "\"";
 }
 
+constexpr int kLanes = 3;
+
 TEST(Soak, MixedLoadOnLoopback) {
   const Settings settings = SettingsFromEnv();
   const std::vector<std::string> flags = {
@@ -187,7 +189,9 @@ TEST(Soak, MixedLoadOnLoopback) {
       "--device=cpu",
       absl::StrCat("--memory_budget_bytes=", kMemoryBudgetBytes),
       absl::StrCat("--max_graph_nodes=", kMaxGraphNodes),
-      absl::StrCat("--max_inflight=", kMaxInflight)};
+      absl::StrCat("--max_inflight=", kMaxInflight),
+      // Several lanes: requests overlap inside the server, as they do on a GPU by default.
+      absl::StrCat("--lanes=", kLanes)};
   absl::StatusOr<std::unique_ptr<e2e::ServerProcess>> started =
       e2e::ServerProcess::Start(e2e::OpserveBinary(), flags);
   ASSERT_TRUE(started.ok()) << started.status();
