@@ -291,9 +291,12 @@ int Run() {
   }
   std::unique_ptr<Metrics> metrics = *std::move(metrics_or);
 
-  const int lanes = absl::GetFlag(FLAGS_lanes) > 0 ? absl::GetFlag(FLAGS_lanes)
-                    : backend->name() == "cuda"   ? kDefaultCudaLanes
-                                                  : 1;
+  // The default never asks for more lanes than requests may be in flight.
+  const int lanes =
+      absl::GetFlag(FLAGS_lanes) > 0
+          ? absl::GetFlag(FLAGS_lanes)
+          : std::min(backend->name() == "cuda" ? kDefaultCudaLanes : 1,
+                     std::max(1, absl::GetFlag(FLAGS_max_inflight)));
   if (lanes > absl::GetFlag(FLAGS_max_inflight)) {
     std::cerr << "opserve: --lanes=" << lanes << " is more than --max_inflight="
               << absl::GetFlag(FLAGS_max_inflight) << ": a lane would never have work" << std::endl;

@@ -428,9 +428,15 @@ TEST_F(ContractTest, CancelMidGraphStoresNothingAndFreesTheDevice) {
   EXPECT_TRUE(SameStore(before, Snapshot(client())));
 }
 
+// One lane: a second request waits in the queue behind the first instead of running beside it.
+class OneLaneContractTest : public ContractTest {
+ protected:
+  std::vector<std::string> ExtraFlags() const override { return {"--lanes=1"}; }
+};
+
 // A request whose deadline passes while it waits for the device (behind a long node) is never
 // started: nothing of it is stored, and the device is free once the long node is done.
-TEST_F(ContractTest, DeadlinePassedInTheQueueRunsNothing) {
+TEST_F(OneLaneContractTest, DeadlinePassedInTheQueueRunsNothing) {
   absl::StatusOr<SlowNode> slow = PrepareSlowNode(client(), 0.3, rng_);
   ASSERT_TRUE(slow.ok()) << slow.status();
   const StoreSnapshot before = Snapshot(client());
