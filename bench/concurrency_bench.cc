@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "absl/strings/str_format.h"
@@ -221,6 +222,7 @@ void PrintConcurrency(const ConcurrencyFigures& f, const std::string& csv_path) 
               "req/s", "p50 us", "p99 us", "kernel us", "compute us");
   std::ofstream csv;
   if (!csv_path.empty()) {
+    std::filesystem::create_directories(std::filesystem::path(csv_path).parent_path());
     csv.open(csv_path);
     csv << "lanes,workload,concurrency,requests,req_per_s,p50_us,p99_us,kernel_p50_us,"
            "compute_p50_us\n";

@@ -65,9 +65,10 @@ ABSL_FLAG(std::string, test_fail_algorithm, "",
 namespace opserve {
 namespace {
 
-// Lanes on a GPU when --lanes is 0: the fewest that reach the service targets of
-// PERFORMANCE.md (bench/service_bench.cc measures 1, 2 and 4); each lane holds a stream, a
-// cuBLAS handle and its workspace, and a staging area.
+// Lanes on a GPU when --lanes is 0. opserve-bench's load section measures 1, 2 and 4
+// (PERFORMANCE.md): 2 lanes take most of the gain over 1, and 4 add little more while their
+// kernels time-share the GPU, which inflates each node's reported kernel time. Each lane holds a
+// stream, a cuBLAS handle and its workspace, and a staging area.
 constexpr int kDefaultCudaLanes = 2;
 
 // Abseil prints it after "opserve: ".
