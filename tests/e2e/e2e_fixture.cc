@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -70,6 +71,23 @@ AssertionResult NoSanitizerReport(const std::string& server_output) {
     }
   }
   return AssertionSuccess();
+}
+
+BackgroundExecute::BackgroundExecute(v1::OpServe::Stub& stub, v1::ExecuteRequest request)
+    : request_(std::move(request)), thread_([this, &stub] {
+        status_ = stub.Execute(&context_, request_, &response_);
+        done_ = true;
+      }) {}
+
+BackgroundExecute::~BackgroundExecute() {
+  if (!thread_.joinable()) return;
+  if (!done()) context_.TryCancel();
+  thread_.join();
+}
+
+const grpc::Status& BackgroundExecute::Wait() {
+  if (thread_.joinable()) thread_.join();
+  return status_;
 }
 
 RawResult RawCall(const std::string& target, const std::string& method,

@@ -4,11 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <initializer_list>
 #include <map>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "client/opserve_client.h"
@@ -92,6 +94,33 @@ struct RawResult {
 RawResult RawCall(const std::string& target, const std::string& method,
                   const std::vector<std::string>& messages,
                   const std::multimap<std::string, std::string>& metadata = {});
+
+// ---- a call to cancel ----
+
+// One Execute sent through the generated stub on a thread of its own, so that a test can watch
+// it and cancel it while it runs. Destroying it cancels the call if it is still running and
+// waits for the thread, so a failed assertion cannot leave the thread behind.
+class BackgroundExecute {
+ public:
+  BackgroundExecute(v1::OpServe::Stub& stub, v1::ExecuteRequest request);
+  ~BackgroundExecute();
+  BackgroundExecute(const BackgroundExecute&) = delete;
+  BackgroundExecute& operator=(const BackgroundExecute&) = delete;
+
+  // Whether the call has ended.
+  bool done() const { return done_.load(); }
+  void Cancel() { context_.TryCancel(); }
+  // Waits for the call to end; its status.
+  const grpc::Status& Wait();
+
+ private:
+  const v1::ExecuteRequest request_;
+  grpc::ClientContext context_;
+  v1::ExecuteResponse response_;
+  grpc::Status status_;
+  std::atomic<bool> done_{false};
+  std::thread thread_;  // last: it starts once the members it uses exist
+};
 
 // ---- tensors ----
 
