@@ -187,33 +187,22 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
 template <typename T>
 cudaError_t Launch(const T* d_a, const T* d_b, float* d_c, int64_t m, int64_t n, int64_t k,
                    cudaStream_t stream) {
-  if (m <= 0 || n <= 0) return cudaSuccess;
-  const int64_t tiles = matmul::TileCount(m, n, kBM, kBN);
-  if (tiles == 0) return cudaErrorInvalidValue;
   // Vector loads of kVec elements need kVec * sizeof(T)-byte alignment of every row start, and
   // the float4 stores of C 16-byte alignment of every row of C.
   const size_t vec_bytes = kVec * sizeof(T);
   const bool vector = k % kVec == 0 && n % kVec == 0 && matmul::IsAligned(d_a, vec_bytes) &&
                       matmul::IsAligned(d_b, vec_bytes) && matmul::IsAligned(d_c, 16);
-  const int64_t tiles_m = CeilDiv<int64_t>(m, kBM);
-  const int64_t tiles_n = CeilDiv<int64_t>(n, kBN);
   auto kernel = vector ? matmul_block_tiled_vectorized_kernel<T, /*kVector=*/true>
                        : matmul_block_tiled_vectorized_kernel<T, /*kVector=*/false>;
-  kernel<<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(d_a, d_b, d_c, m, n, k, tiles_m,
-                                                                 tiles_n);
-  return LastLaunchError();
+  return matmul::WithTileGrid(m, n, kBM, kBN, [&](unsigned blocks, int64_t tiles_m,
+                                                  int64_t tiles_n) {
+    kernel<<<blocks, kThreads, 0, stream>>>(d_a, d_b, d_c, m, n, k, tiles_m, tiles_n);
+    return LastLaunchError();
+  });
 }
 
 }  // namespace
 
-cudaError_t MatmulBlockTiledVectorized(const float* d_a, const float* d_b, float* d_c,
-                                       int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
-  return Launch(d_a, d_b, d_c, m, n, k, stream);
-}
-
-cudaError_t MatmulBlockTiledVectorized(const bf16_bits* d_a, const bf16_bits* d_b, float* d_c,
-                                       int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
-  return Launch(matmul::AsDevice(d_a), matmul::AsDevice(d_b), d_c, m, n, k, stream);
-}
+OPSERVE_DEFINE_MATMUL(MatmulBlockTiledVectorized, Launch)
 
 }  // namespace opserve::kernels

@@ -75,6 +75,32 @@ inline int64_t TileCount(int64_t m, int64_t n, int64_t tile_m, int64_t tile_n) {
   return tiles <= INT_MAX ? tiles : 0;
 }
 
+// The launch prologue of the 1-D tile grids (every launcher here but sm90a, which refuses the
+// shapes it does not take before this point): an empty C launches nothing; otherwise
+// launch(blocks, tiles_m, tiles_n) runs with one block per tile_m x tile_n tile of C, or the
+// result is cudaErrorInvalidValue when that many blocks would pass gridDim.x's limit.
+template <typename Launch>
+cudaError_t WithTileGrid(int64_t m, int64_t n, int64_t tile_m, int64_t tile_n, Launch launch) {
+  if (m <= 0 || n <= 0) return cudaSuccess;
+  const int64_t tiles = TileCount(m, n, tile_m, tile_n);
+  if (tiles == 0) return cudaErrorInvalidValue;
+  return launch(static_cast<unsigned>(tiles), CeilDiv<int64_t>(m, tile_m),
+                CeilDiv<int64_t>(n, tile_n));
+}
+
+// The whole launch of the CUDA-core kernels that take no dynamic shared memory and walk the
+// tiles in PlainTile order: `kernel` is (a, b, c, m, n, k, tiles_m). Their files define their
+// public overloads with OPSERVE_DEFINE_MATMUL_TILES (below).
+template <typename Kernel, typename T>
+cudaError_t LaunchTiles(Kernel kernel, int64_t tile_m, int64_t tile_n, dim3 block, const T* d_a,
+                        const T* d_b, float* d_c, int64_t m, int64_t n, int64_t k,
+                        cudaStream_t stream) {
+  return WithTileGrid(m, n, tile_m, tile_n, [&](unsigned blocks, int64_t tiles_m, int64_t) {
+    kernel<<<blocks, block, 0, stream>>>(d_a, d_b, d_c, m, n, k, tiles_m);
+    return LastLaunchError();
+  });
+}
+
 struct TileCoord {
   int64_t m;
   int64_t n;
@@ -100,3 +126,32 @@ __device__ __forceinline__ TileCoord GroupedTile(int64_t tiles_m, int64_t tiles_
 }
 
 }  // namespace opserve::kernels::matmul
+
+// Defines both public overloads of kernels/matmul.h's `Name` (float, and bf16 as raw bits) by
+// forwarding to `Launch`, the file's template over the device element type: the definitions that
+// match OPSERVE_DECLARE_MATMUL. Use inside namespace opserve::kernels.
+#define OPSERVE_DEFINE_MATMUL(Name, Launch)                                                   \
+  cudaError_t Name(const float* d_a, const float* d_b, float* d_c, int64_t m, int64_t n,     \
+                   int64_t k, cudaStream_t stream) {                                          \
+    return Launch(d_a, d_b, d_c, m, n, k, stream);                                            \
+  }                                                                                           \
+  cudaError_t Name(const bf16_bits* d_a, const bf16_bits* d_b, float* d_c, int64_t m,        \
+                   int64_t n, int64_t k, cudaStream_t stream) {                               \
+    return Launch(matmul::AsDevice(d_a), matmul::AsDevice(d_b), d_c, m, n, k, stream);       \
+  }
+
+// The same for a kernel template launched by LaunchTiles: `kernel` names the file's kernel
+// template (instantiated for float and for __nv_bfloat16); a block of `block` threads per
+// tile_m x tile_n tile of C.
+#define OPSERVE_DEFINE_MATMUL_TILES(Name, kernel, tile_m, tile_n, block)                      \
+  cudaError_t Name(const float* d_a, const float* d_b, float* d_c, int64_t m, int64_t n,     \
+                   int64_t k, cudaStream_t stream) {                                          \
+    return matmul::LaunchTiles(kernel<float>, tile_m, tile_n, block, d_a, d_b, d_c, m, n, k,  \
+                               stream);                                                       \
+  }                                                                                           \
+  cudaError_t Name(const bf16_bits* d_a, const bf16_bits* d_b, float* d_c, int64_t m,        \
+                   int64_t n, int64_t k, cudaStream_t stream) {                               \
+    return matmul::LaunchTiles(kernel<matmul::DeviceElemT<bf16_bits>>, tile_m, tile_n, block, \
+                               matmul::AsDevice(d_a), matmul::AsDevice(d_b), d_c, m, n, k,    \
+                               stream);                                                       \
+  }

@@ -27,33 +27,40 @@ cudaError_t UseStream(cublasHandle_t handle, cudaStream_t stream) {
   return ToCudaError(Cublas()->set_stream(handle, stream));
 }
 
-}  // namespace
-
-cudaError_t MatmulCublas(void* cublas_handle, const float* d_a, const float* d_b, float* d_c,
-                         int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
+// What both overloads do around their gemm call: an empty C is done; otherwise the handle is
+// checked and pointed at `stream`, and gemm(handle)'s cuBLAS status becomes a cudaError_t.
+template <typename Gemm>
+cudaError_t RunGemm(void* cublas_handle, int64_t m, int64_t n, cudaStream_t stream, Gemm gemm) {
   if (m <= 0 || n <= 0) return cudaSuccess;
   if (Cublas() == nullptr || cublas_handle == nullptr) return cudaErrorSharedObjectInitFailed;
   auto handle = static_cast<cublasHandle_t>(cublas_handle);
   if (const cudaError_t err = UseStream(handle, stream); err != cudaSuccess) return err;
-  const float alpha = 1.0f;
-  const float beta = 0.0f;
-  // cuBLAS's (A, B) are our (B, A).
-  return ToCudaError(Cublas()->sgemm_64(handle, CUBLAS_OP_N, CUBLAS_OP_N, /*m=*/n, /*n=*/m, k, &alpha,
-                                    d_b, /*lda=*/n, d_a, /*ldb=*/k, &beta, d_c, /*ldc=*/n));
+  return ToCudaError(gemm(handle));
+}
+
+// C = 1 * A * B + 0 * C, scalars in host memory (the handle's default pointer mode).
+constexpr float kAlpha = 1.0f;
+constexpr float kBeta = 0.0f;
+
+}  // namespace
+
+// cuBLAS's (A, B) are our (B, A) in both.
+cudaError_t MatmulCublas(void* cublas_handle, const float* d_a, const float* d_b, float* d_c,
+                         int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
+  return RunGemm(cublas_handle, m, n, stream, [&](cublasHandle_t handle) {
+    return Cublas()->sgemm_64(handle, CUBLAS_OP_N, CUBLAS_OP_N, /*m=*/n, /*n=*/m, k, &kAlpha, d_b,
+                              /*lda=*/n, d_a, /*ldb=*/k, &kBeta, d_c, /*ldc=*/n);
+  });
 }
 
 cudaError_t MatmulCublas(void* cublas_handle, const bf16_bits* d_a, const bf16_bits* d_b,
                          float* d_c, int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
-  if (m <= 0 || n <= 0) return cudaSuccess;
-  if (Cublas() == nullptr || cublas_handle == nullptr) return cudaErrorSharedObjectInitFailed;
-  auto handle = static_cast<cublasHandle_t>(cublas_handle);
-  if (const cudaError_t err = UseStream(handle, stream); err != cudaSuccess) return err;
-  const float alpha = 1.0f;
-  const float beta = 0.0f;
-  return ToCudaError(Cublas()->gemm_ex_64(handle, CUBLAS_OP_N, CUBLAS_OP_N, /*m=*/n, /*n=*/m, k, &alpha,
-                                     d_b, CUDA_R_16BF, /*lda=*/n, d_a, CUDA_R_16BF, /*ldb=*/k,
-                                     &beta, d_c, CUDA_R_32F, /*ldc=*/n, CUBLAS_COMPUTE_32F,
-                                     CUBLAS_GEMM_DEFAULT));
+  return RunGemm(cublas_handle, m, n, stream, [&](cublasHandle_t handle) {
+    return Cublas()->gemm_ex_64(handle, CUBLAS_OP_N, CUBLAS_OP_N, /*m=*/n, /*n=*/m, k, &kAlpha,
+                                d_b, CUDA_R_16BF, /*lda=*/n, d_a, CUDA_R_16BF, /*ldb=*/k, &kBeta,
+                                d_c, CUDA_R_32F, /*ldc=*/n, CUBLAS_COMPUTE_32F,
+                                CUBLAS_GEMM_DEFAULT);
+  });
 }
 
 }  // namespace opserve::kernels

@@ -31,27 +31,9 @@ __global__ void __launch_bounds__(kTile * kTile)
   d_c[row * n + col] = acc;
 }
 
-template <typename T>
-cudaError_t Launch(const T* d_a, const T* d_b, float* d_c, int64_t m, int64_t n, int64_t k,
-                   cudaStream_t stream) {
-  if (m <= 0 || n <= 0) return cudaSuccess;
-  const int64_t tiles = matmul::TileCount(m, n, kTile, kTile);
-  if (tiles == 0) return cudaErrorInvalidValue;
-  matmul_naive_kernel<<<static_cast<unsigned>(tiles), dim3(kTile, kTile), 0, stream>>>(
-      d_a, d_b, d_c, m, n, k, CeilDiv<int64_t>(m, kTile));
-  return LastLaunchError();
-}
-
 }  // namespace
 
-cudaError_t MatmulNaive(const float* d_a, const float* d_b, float* d_c, int64_t m, int64_t n,
-                        int64_t k, cudaStream_t stream) {
-  return Launch(d_a, d_b, d_c, m, n, k, stream);
-}
-
-cudaError_t MatmulNaive(const bf16_bits* d_a, const bf16_bits* d_b, float* d_c, int64_t m,
-                        int64_t n, int64_t k, cudaStream_t stream) {
-  return Launch(matmul::AsDevice(d_a), matmul::AsDevice(d_b), d_c, m, n, k, stream);
-}
+OPSERVE_DEFINE_MATMUL_TILES(MatmulNaive, matmul_naive_kernel,
+                            /*tile_m=*/kTile, /*tile_n=*/kTile, /*block=*/dim3(kTile, kTile))
 
 }  // namespace opserve::kernels

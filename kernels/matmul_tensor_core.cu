@@ -339,9 +339,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
 template <typename T>
 cudaError_t Launch(const T* d_a, const T* d_b, float* d_c, int64_t m, int64_t n, int64_t k,
                    cudaStream_t stream) {
-  if (m <= 0 || n <= 0) return cudaSuccess;
-  const int64_t tiles = matmul::TileCount(m, n, kBM, kBN);
-  if (tiles == 0) return cudaErrorInvalidValue;
   using L = TcLayout<T>;
   // 16-byte copies need every row start 16-byte aligned; the float2 stores of C need N even and
   // C 8-byte aligned (N a multiple of kChunkElems implies even).
@@ -350,24 +347,18 @@ cudaError_t Launch(const T* d_a, const T* d_b, float* d_c, int64_t m, int64_t n,
                      matmul::IsAligned(d_c, 8);
   auto kernel = async ? matmul_tensor_core_kernel<T, /*kAsync=*/true>
                       : matmul_tensor_core_kernel<T, /*kAsync=*/false>;
-  cudaError_t err =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmemBytes);
-  if (err != cudaSuccess) return err;
-  kernel<<<static_cast<unsigned>(tiles), kThreads, L::kSmemBytes, stream>>>(
-      d_a, d_b, d_c, m, n, k, CeilDiv<int64_t>(m, kBM), CeilDiv<int64_t>(n, kBN));
-  return LastLaunchError();
+  return matmul::WithTileGrid(m, n, kBM, kBN, [&](unsigned blocks, int64_t tiles_m,
+                                                  int64_t tiles_n) {
+    cudaError_t err =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmemBytes);
+    if (err != cudaSuccess) return err;
+    kernel<<<blocks, kThreads, L::kSmemBytes, stream>>>(d_a, d_b, d_c, m, n, k, tiles_m, tiles_n);
+    return LastLaunchError();
+  });
 }
 
 }  // namespace
 
-cudaError_t MatmulTensorCore(const float* d_a, const float* d_b, float* d_c, int64_t m, int64_t n,
-                             int64_t k, cudaStream_t stream) {
-  return Launch(d_a, d_b, d_c, m, n, k, stream);
-}
-
-cudaError_t MatmulTensorCore(const bf16_bits* d_a, const bf16_bits* d_b, float* d_c, int64_t m,
-                             int64_t n, int64_t k, cudaStream_t stream) {
-  return Launch(matmul::AsDevice(d_a), matmul::AsDevice(d_b), d_c, m, n, k, stream);
-}
+OPSERVE_DEFINE_MATMUL(MatmulTensorCore, Launch)
 
 }  // namespace opserve::kernels

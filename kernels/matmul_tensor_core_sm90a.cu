@@ -457,14 +457,6 @@ cudaError_t Run(const T* d_a, const T* d_b, float* d_c, int64_t m, int64_t n, in
 
 }  // namespace
 
-cudaError_t MatmulTensorCoreSm90a(const float* d_a, const float* d_b, float* d_c, int64_t m,
-                                  int64_t n, int64_t k, cudaStream_t stream) {
-  return Run(d_a, d_b, d_c, m, n, k, stream);
-}
-
-cudaError_t MatmulTensorCoreSm90a(const bf16_bits* d_a, const bf16_bits* d_b, float* d_c,
-                                  int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
-  return Run(matmul::AsDevice(d_a), matmul::AsDevice(d_b), d_c, m, n, k, stream);
-}
+OPSERVE_DEFINE_MATMUL(MatmulTensorCoreSm90a, Run)
 
 }  // namespace opserve::kernels

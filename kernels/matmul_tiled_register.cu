@@ -72,27 +72,9 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <typename T>
-cudaError_t Launch(const T* d_a, const T* d_b, float* d_c, int64_t m, int64_t n, int64_t k,
-                   cudaStream_t stream) {
-  if (m <= 0 || n <= 0) return cudaSuccess;
-  const int64_t tiles = matmul::TileCount(m, n, kBM, kBN);
-  if (tiles == 0) return cudaErrorInvalidValue;
-  matmul_tiled_register_kernel<<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(
-      d_a, d_b, d_c, m, n, k, CeilDiv<int64_t>(m, kBM));
-  return LastLaunchError();
-}
-
 }  // namespace
 
-cudaError_t MatmulTiledRegister(const float* d_a, const float* d_b, float* d_c, int64_t m,
-                                int64_t n, int64_t k, cudaStream_t stream) {
-  return Launch(d_a, d_b, d_c, m, n, k, stream);
-}
-
-cudaError_t MatmulTiledRegister(const bf16_bits* d_a, const bf16_bits* d_b, float* d_c,
-                                int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
-  return Launch(matmul::AsDevice(d_a), matmul::AsDevice(d_b), d_c, m, n, k, stream);
-}
+OPSERVE_DEFINE_MATMUL_TILES(MatmulTiledRegister, matmul_tiled_register_kernel,
+                            /*tile_m=*/kBM, /*tile_n=*/kBN, /*block=*/kThreads)
 
 }  // namespace opserve::kernels

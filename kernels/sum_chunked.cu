@@ -158,25 +158,6 @@ cudaError_t SumChunkedImpl(void* d_temp, size_t* temp_bytes, const T* d_in, SumA
 
 }  // namespace
 
-cudaError_t SumChunked(void* d_temp, size_t* temp_bytes, const float* d_in, float* d_out,
-                       int64_t n, cudaStream_t stream) {
-  return SumChunkedImpl(d_temp, temp_bytes, d_in, d_out, n, stream);
-}
-
-cudaError_t SumChunked(void* d_temp, size_t* temp_bytes, const int32_t* d_in, int64_t* d_out,
-                       int64_t n, cudaStream_t stream) {
-  return SumChunkedImpl(d_temp, temp_bytes, d_in, d_out, n, stream);
-}
-
-cudaError_t SumChunked(void* d_temp, size_t* temp_bytes, const int64_t* d_in, int64_t* d_out,
-                       int64_t n, cudaStream_t stream) {
-  return SumChunkedImpl(d_temp, temp_bytes, d_in, d_out, n, stream);
-}
-
-cudaError_t SumChunked(void* d_temp, size_t* temp_bytes, const bf16_bits* d_in, float* d_out,
-                       int64_t n, cudaStream_t stream) {
-  return SumChunkedImpl(d_temp, temp_bytes, reinterpret_cast<const __nv_bfloat16*>(d_in), d_out, n,
-                        stream);
-}
+OPSERVE_DEFINE_SUM_OVERLOADS_ALL_DTYPES(SumChunked, SumChunkedImpl)
 
 }  // namespace opserve::kernels

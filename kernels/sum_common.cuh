@@ -218,6 +218,53 @@ __device__ __forceinline__ SumAccumT<T> ThreadSumStrided(const T* __restrict__ i
   return acc[0];
 }
 
+// The launch sequence of the sums whose kernel reduces its input to one partial per block and
+// is run again, as one block, over those partials (sum_two_pass, sum_warp_shuffle).
+// `first_pass` is the kernel for T, `second_pass` the same kernel for SumAccumT<T>, both
+// (in, n, out) with kThreads threads a block. Pass 1 takes FirstPassGrid's grid (at most one
+// full wave, so the float rounding order depends on n and the SM count only); its partials live
+// in the caller's scratch (CUB's two-phase convention: d_temp == nullptr only reports the
+// bytes). When one block covers n, its partial is the answer and there is no second launch.
+template <int kThreads, int kUnroll, int kBlocksPerSm, typename FirstPass, typename SecondPass,
+          typename T>
+cudaError_t TwoPassLaunch(FirstPass first_pass, SecondPass second_pass, void* d_temp,
+                          size_t* temp_bytes, const T* d_in, SumAccumT<T>* d_out, int64_t n,
+                          cudaStream_t stream) {
+  using Acc = SumAccumT<T>;
+  if (temp_bytes == nullptr || n < 0) return cudaErrorInvalidValue;
+  int sm_count = 0;
+  cudaError_t err = CurrentDeviceSmCount(&sm_count);
+  if (err != cudaSuccess) return err;
+  const int grid = FirstPassGrid(n, int64_t{kThreads} * kUnroll, sm_count, kBlocksPerSm);
+  const size_t need = static_cast<size_t>(grid) * sizeof(Acc);
+  if (d_temp == nullptr) {
+    *temp_bytes = need;
+    return cudaSuccess;
+  }
+  if (*temp_bytes < need) return cudaErrorInvalidValue;
+
+  if (grid == 1) {  // one block covers it: its partial is the answer
+    first_pass<<<1, kThreads, 0, stream>>>(d_in, n, d_out);
+    return LastLaunchError();
+  }
+  Acc* d_partials = static_cast<Acc*>(d_temp);
+  first_pass<<<grid, kThreads, 0, stream>>>(d_in, n, d_partials);
+  err = LastLaunchError();
+  if (err != cudaSuccess) return err;
+  second_pass<<<1, kThreads, 0, stream>>>(d_partials, grid, d_out);
+  return LastLaunchError();
+}
+
+// The device element type behind a launcher's input type: bf16 crosses the API as raw bits
+// (common.h), every other input type as itself.
+template <typename T>
+inline const T* AsDevice(const T* p) {
+  return p;
+}
+inline const __nv_bfloat16* AsDevice(const bf16_bits* p) {
+  return reinterpret_cast<const __nv_bfloat16*>(p);
+}
+
 // Second pass: one block sums `count` partials in a fixed order and writes the total to *out.
 template <int kThreads, typename Acc>
 __global__ void __launch_bounds__(kThreads)
@@ -229,3 +276,24 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 }  // namespace opserve::kernels::sum_internal
+
+// Defines one public overload of kernels/sum.h, `Name(... const In* d_in, Out* d_out ...)`, by
+// forwarding to `Impl`, the file's template over the device element type. sum.h declares
+// overloads per dtype, not a template, on purpose: server/ops/cuda_launch.h tells a missing dtype
+// by decltype on the overload set. Use inside namespace opserve::kernels.
+#define OPSERVE_DEFINE_SUM_OVERLOAD(Name, Impl, In, Out)                                       \
+  cudaError_t Name(void* d_temp, size_t* temp_bytes, const In* d_in, Out* d_out, int64_t n,    \
+                   cudaStream_t stream) {                                                      \
+    return Impl(d_temp, temp_bytes, sum_internal::AsDevice(d_in), d_out, n, stream);           \
+  }
+
+// The overloads every sum launcher has: FLOAT32 -> FLOAT32 and INT32 -> INT64.
+#define OPSERVE_DEFINE_SUM_OVERLOADS(Name, Impl)            \
+  OPSERVE_DEFINE_SUM_OVERLOAD(Name, Impl, float, float)     \
+  OPSERVE_DEFINE_SUM_OVERLOAD(Name, Impl, int32_t, int64_t)
+
+// Those and the two that vectorized and chunked add (sum.h): INT64 -> INT64, BFLOAT16 -> FLOAT32.
+#define OPSERVE_DEFINE_SUM_OVERLOADS_ALL_DTYPES(Name, Impl)   \
+  OPSERVE_DEFINE_SUM_OVERLOADS(Name, Impl)                    \
+  OPSERVE_DEFINE_SUM_OVERLOAD(Name, Impl, int64_t, int64_t)   \
+  OPSERVE_DEFINE_SUM_OVERLOAD(Name, Impl, bf16_bits, float)

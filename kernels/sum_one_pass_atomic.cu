@@ -58,14 +58,6 @@ cudaError_t SumOnePassAtomicImpl(void* d_temp, size_t* temp_bytes, const T* d_in
 
 }  // namespace
 
-cudaError_t SumOnePassAtomic(void* d_temp, size_t* temp_bytes, const float* d_in, float* d_out,
-                             int64_t n, cudaStream_t stream) {
-  return SumOnePassAtomicImpl(d_temp, temp_bytes, d_in, d_out, n, stream);
-}
-
-cudaError_t SumOnePassAtomic(void* d_temp, size_t* temp_bytes, const int32_t* d_in,
-                             int64_t* d_out, int64_t n, cudaStream_t stream) {
-  return SumOnePassAtomicImpl(d_temp, temp_bytes, d_in, d_out, n, stream);
-}
+OPSERVE_DEFINE_SUM_OVERLOADS(SumOnePassAtomic, SumOnePassAtomicImpl)
 
 }  // namespace opserve::kernels

@@ -41,42 +41,13 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 template <typename T>
 cudaError_t SumWarpShuffleImpl(void* d_temp, size_t* temp_bytes, const T* d_in,
                                SumAccumT<T>* d_out, int64_t n, cudaStream_t stream) {
-  using Acc = SumAccumT<T>;
-  if (temp_bytes == nullptr || n < 0) return cudaErrorInvalidValue;
-  int sm_count = 0;
-  cudaError_t err = sum_internal::CurrentDeviceSmCount(&sm_count);
-  if (err != cudaSuccess) return err;
-  const int grid =
-      sum_internal::FirstPassGrid(n, int64_t{kThreads} * kUnroll, sm_count, kBlocksPerSm);
-  const size_t need = static_cast<size_t>(grid) * sizeof(Acc);
-  if (d_temp == nullptr) {
-    *temp_bytes = need;
-    return cudaSuccess;
-  }
-  if (*temp_bytes < need) return cudaErrorInvalidValue;
-
-  if (grid == 1) {  // one block covers it: its partial is the answer
-    sum_warp_shuffle_kernel<T><<<1, kThreads, 0, stream>>>(d_in, n, d_out);
-    return LastLaunchError();
-  }
-  Acc* d_partials = static_cast<Acc*>(d_temp);
-  sum_warp_shuffle_kernel<T><<<grid, kThreads, 0, stream>>>(d_in, n, d_partials);
-  err = LastLaunchError();
-  if (err != cudaSuccess) return err;
-  sum_warp_shuffle_kernel<Acc><<<1, kThreads, 0, stream>>>(d_partials, grid, d_out);
-  return LastLaunchError();
+  return sum_internal::TwoPassLaunch<kThreads, kUnroll, kBlocksPerSm>(
+      sum_warp_shuffle_kernel<T>, sum_warp_shuffle_kernel<SumAccumT<T>>, d_temp, temp_bytes, d_in,
+      d_out, n, stream);
 }
 
 }  // namespace
 
-cudaError_t SumWarpShuffle(void* d_temp, size_t* temp_bytes, const float* d_in, float* d_out,
-                           int64_t n, cudaStream_t stream) {
-  return SumWarpShuffleImpl(d_temp, temp_bytes, d_in, d_out, n, stream);
-}
-
-cudaError_t SumWarpShuffle(void* d_temp, size_t* temp_bytes, const int32_t* d_in,
-                           int64_t* d_out, int64_t n, cudaStream_t stream) {
-  return SumWarpShuffleImpl(d_temp, temp_bytes, d_in, d_out, n, stream);
-}
+OPSERVE_DEFINE_SUM_OVERLOADS(SumWarpShuffle, SumWarpShuffleImpl)
 
 }  // namespace opserve::kernels

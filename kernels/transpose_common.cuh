@@ -46,4 +46,34 @@ cudaError_t CheckAndLaunchBySize(const void* d_in, const void* d_out, int64_t ro
   }
 }
 
+// The launch of the tiled kernels (naive, smem_tiled, swizzled): checks the arguments, then runs
+// kernel_for(T{}) -- the file's kernel for T, the unsigned integer of the element's size, taking
+// (in, out, rows, cols) -- over a TileGrid of tile_rows x tile_cols tiles with `block` threads.
+// Their files define their public function with OPSERVE_DEFINE_TRANSPOSE_TILES (below).
+template <typename KernelFor>
+cudaError_t CheckAndLaunchTiles(KernelFor kernel_for, int64_t tile_rows, int64_t tile_cols,
+                                dim3 block, const void* d_in, void* d_out, int64_t rows,
+                                int64_t cols, int elem_bytes, cudaStream_t stream) {
+  return CheckAndLaunchBySize(d_in, d_out, rows, cols, elem_bytes, [&](auto element) {
+    using T = decltype(element);
+    const auto kernel = kernel_for(element);
+    const dim3 grid =
+        TileGrid(CeilDiv<int64_t>(cols, tile_cols), CeilDiv<int64_t>(rows, tile_rows));
+    kernel<<<grid, block, 0, stream>>>(static_cast<const T*>(d_in), static_cast<T*>(d_out), rows,
+                                       cols);
+    return cudaPeekAtLastError();
+  });
+}
+
 }  // namespace opserve::kernels::transpose_detail
+
+// Defines kernels/transpose.h's `Name` (see OPSERVE_DECLARE_TRANSPOSE) as CheckAndLaunchTiles of
+// `kernel`, the file's kernel template over the element's unsigned integer type. Use inside
+// namespace opserve::kernels.
+#define OPSERVE_DEFINE_TRANSPOSE_TILES(Name, kernel, tile_rows, tile_cols, block)               \
+  cudaError_t Name(const void* d_in, void* d_out, int64_t rows, int64_t cols, int elem_bytes, \
+                   cudaStream_t stream) {                                                     \
+    return transpose_detail::CheckAndLaunchTiles(                                             \
+        [](auto element) { return kernel<decltype(element)>; }, tile_rows, tile_cols, block,  \
+        d_in, d_out, rows, cols, elem_bytes, stream);                                         \
+  }

@@ -33,23 +33,10 @@ __global__ void __launch_bounds__(kBlockX * kBlockY)
   }
 }
 
-template <typename T>
-cudaError_t Launch(const void* d_in, void* d_out, int64_t rows, int64_t cols,
-                   cudaStream_t stream) {
-  const dim3 grid = transpose_detail::TileGrid(CeilDiv<int64_t>(cols, kBlockX),
-                                               CeilDiv<int64_t>(rows, kBlockY));
-  transpose_naive_kernel<T><<<grid, dim3(kBlockX, kBlockY), 0, stream>>>(
-      static_cast<const T*>(d_in), static_cast<T*>(d_out), rows, cols);
-  return cudaPeekAtLastError();
-}
-
 }  // namespace
 
-cudaError_t TransposeNaive(const void* d_in, void* d_out, int64_t rows, int64_t cols,
-                           int elem_bytes, cudaStream_t stream) {
-  return transpose_detail::CheckAndLaunchBySize(
-      d_in, d_out, rows, cols, elem_bytes,
-      [&](auto element) { return Launch<decltype(element)>(d_in, d_out, rows, cols, stream); });
-}
+OPSERVE_DEFINE_TRANSPOSE_TILES(TransposeNaive, transpose_naive_kernel,
+                               /*tile_rows=*/kBlockY, /*tile_cols=*/kBlockX,
+                               /*block=*/dim3(kBlockX, kBlockY))
 
 }  // namespace opserve::kernels

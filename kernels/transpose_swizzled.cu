@@ -64,23 +64,10 @@ __global__ void __launch_bounds__(kTile * kBlockRows)
   }
 }
 
-template <typename T>
-cudaError_t Launch(const void* d_in, void* d_out, int64_t rows, int64_t cols,
-                   cudaStream_t stream) {
-  const dim3 grid = transpose_detail::TileGrid(CeilDiv<int64_t>(cols, kTile),
-                                               CeilDiv<int64_t>(rows, kTile));
-  transpose_swizzled_kernel<T><<<grid, dim3(kTile, kBlockRows), 0, stream>>>(
-      static_cast<const T*>(d_in), static_cast<T*>(d_out), rows, cols);
-  return cudaPeekAtLastError();
-}
-
 }  // namespace
 
-cudaError_t TransposeSwizzled(const void* d_in, void* d_out, int64_t rows, int64_t cols,
-                              int elem_bytes, cudaStream_t stream) {
-  return transpose_detail::CheckAndLaunchBySize(
-      d_in, d_out, rows, cols, elem_bytes,
-      [&](auto element) { return Launch<decltype(element)>(d_in, d_out, rows, cols, stream); });
-}
+OPSERVE_DEFINE_TRANSPOSE_TILES(TransposeSwizzled, transpose_swizzled_kernel,
+                               /*tile_rows=*/kTile, /*tile_cols=*/kTile,
+                               /*block=*/dim3(kTile, kBlockRows))
 
 }  // namespace opserve::kernels

@@ -13,33 +13,18 @@ import json
 import os
 import shutil
 import signal
-import socket
 import struct
 import subprocess
 import sys
 import time
-import traceback
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "support"))
+from e2e_script import Failure, check, logger, report_failure, start_opserve  # noqa: E402
 
 FLOAT32_EPS = 2.0 ** -24
 
 
-class Failure(Exception):
-    pass
-
-
-def log(*args):
-    print("cli_e2e:", *args, flush=True)
-
-
-def check(condition, message):
-    if not condition:
-        raise Failure(message)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+log = logger("cli_e2e")
 
 
 class Cli:
@@ -158,19 +143,13 @@ def main():
                         "--out", args.work_dir], check=True)
         shutil.copy(os.path.join(args.examples, "demo_graph.json"), args.work_dir)
 
-        port = free_port()
-        log_path = os.path.join(args.work_dir, "opserve.log")
-        with open(log_path, "w") as server_log:
-            server = subprocess.Popen([args.opserve, "--host=127.0.0.1", f"--port={port}",
-                                       "--metrics_port=-1", f"--device={args.device}"],
-                                      stdout=server_log, stderr=subprocess.STDOUT)
+        server, port = start_opserve(args.opserve, args.device,
+                                     os.path.join(args.work_dir, "opserve.log"))
         cli = Cli(args.cli, f"127.0.0.1:{port}", args.work_dir)
         wait_healthy(cli, server, time.monotonic() + 60)
         exercise(cli, args.work_dir, demo)
     except Exception as e:  # noqa: BLE001 - every failure is reported the same way
-        if not isinstance(e, Failure):
-            traceback.print_exc()
-        log(f"FAILED: {e}")
+        report_failure(log, e)
         return 1
     finally:
         if server is not None:

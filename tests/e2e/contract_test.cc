@@ -401,20 +401,12 @@ TEST_F(ContractTest, CancelMidGraphStoresNothingAndFreesTheDevice) {
   ASSERT_TRUE(slow.ok()) << slow.status();
   const StoreSnapshot before = Snapshot(client());
   constexpr int kNodes = 4;
-  const v1::ExecuteRequest chain = SlowChain(*slow, kNodes, "OUT");
-  grpc::ClientContext ctx;
-  v1::ExecuteResponse resp;
-  grpc::Status status;
-  std::atomic<bool> done{false};
-  std::thread call([&] {
-    status = stub().Execute(&ctx, chain, &resp);
-    done = true;
-  });
+  BackgroundExecute call(stub(), SlowChain(*slow, kNodes, "OUT"));
   std::this_thread::sleep_for(std::chrono::duration<double>(1.5 * slow->seconds));
-  const bool finished_early = done.load();
-  ctx.TryCancel();
+  const bool finished_early = call.done();
+  call.Cancel();
   const auto cancelled_at = Clock::now();
-  call.join();
+  const grpc::Status status = call.Wait();
   ASSERT_FALSE(finished_early) << "the graph finished before it could be cancelled";
   EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED) << status.error_message();
   const double next_s = SecondsOfASmallRequest(client());

@@ -4,16 +4,19 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <initializer_list>
 #include <map>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "client/opserve_client.h"
 #include "opserve/v1/opserve.grpc.pb.h"
 #include "tests/e2e/server_process.h"
+#include "tests/support/request_builders.h"
 
 namespace opserve::e2e {
 
@@ -62,11 +65,19 @@ class OpserveTest : public ::testing::Test {
 // and checks those.)
 ::testing::AssertionResult NoSanitizerReport(const std::string& server_output);
 
-// ---- statuses ----
+// ---- statuses and Execute requests ----
+// The matcher and the request builders of every suite that drives the server (e2e, hardening,
+// soak, GPU), shared with the unit tests.
 
-// The code, and every fragment somewhere in the message.
-::testing::AssertionResult StatusIs(const absl::Status& s, absl::StatusCode code,
-                                    std::initializer_list<std::string> fragments = {});
+using test_support::StatusIs;
+
+using test_support::AddInline;
+using test_support::AddNode;
+using test_support::AddOutput;
+using test_support::In;
+using test_support::Inline;
+using test_support::Node;
+using test_support::Stored;
 
 // ---- raw calls ----
 
@@ -83,6 +94,33 @@ struct RawResult {
 RawResult RawCall(const std::string& target, const std::string& method,
                   const std::vector<std::string>& messages,
                   const std::multimap<std::string, std::string>& metadata = {});
+
+// ---- a call to cancel ----
+
+// One Execute sent through the generated stub on a thread of its own, so that a test can watch
+// it and cancel it while it runs. Destroying it cancels the call if it is still running and
+// waits for the thread, so a failed assertion cannot leave the thread behind.
+class BackgroundExecute {
+ public:
+  BackgroundExecute(v1::OpServe::Stub& stub, v1::ExecuteRequest request);
+  ~BackgroundExecute();
+  BackgroundExecute(const BackgroundExecute&) = delete;
+  BackgroundExecute& operator=(const BackgroundExecute&) = delete;
+
+  // Whether the call has ended.
+  bool done() const { return done_.load(); }
+  void Cancel() { context_.TryCancel(); }
+  // Waits for the call to end; its status.
+  const grpc::Status& Wait();
+
+ private:
+  const v1::ExecuteRequest request_;
+  grpc::ClientContext context_;
+  v1::ExecuteResponse response_;
+  grpc::Status status_;
+  std::atomic<bool> done_{false};
+  std::thread thread_;  // last: it starts once the members it uses exist
+};
 
 // ---- tensors ----
 
@@ -108,26 +146,5 @@ absl::StatusOr<std::vector<float>> StoreExactMatmulInputs(client::Client& c, con
 // One output, FLOAT32[n, n], every row equal to `col_sums`.
 ::testing::AssertionResult IsExactMatmul(const v1::ExecuteResponse& resp, int64_t n,
                                          const std::vector<float>& col_sums);
-
-// ---- Execute requests ----
-// The request builders of every suite that drives the server (e2e, hardening, soak, GPU).
-
-// One input of a node. kNone gives the input no source at all, for malformed requests.
-struct In {
-  enum Kind { kStored, kInline, kNode, kNone } kind;
-  std::string name;
-};
-inline In Stored(std::string n) { return {In::kStored, std::move(n)}; }
-inline In Inline(std::string n) { return {In::kInline, std::move(n)}; }
-inline In Node(std::string n) { return {In::kNode, std::move(n)}; }
-
-v1::Node* AddNode(v1::ExecuteRequest& r, const std::string& id, const std::string& op,
-                  const std::vector<In>& inputs, const std::string& algorithm = "");
-// An inline tensor of zeros with the right byte count, or with `bytes` when given.
-void AddInline(v1::ExecuteRequest& r, const std::string& name, v1::DType dtype,
-               const std::vector<int64_t>& shape, int64_t bytes = -1);
-void AddInline(v1::ExecuteRequest& r, const std::string& name, const client::HostTensor& t);
-void AddOutput(v1::ExecuteRequest& r, const std::string& node, bool return_inline,
-               const std::string& store_as = "", bool overwrite = false);
 
 }  // namespace opserve::e2e

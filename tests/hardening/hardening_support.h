@@ -76,6 +76,7 @@ class HardeningTest : public ::testing::Test {
 // ---- statuses, tensors, requests, store snapshots ----
 // The e2e suite's helpers (tests/e2e/e2e_fixture.h, the e2e_support library).
 
+using e2e::BackgroundExecute;
 using e2e::StatusIs;
 
 using e2e::F32;

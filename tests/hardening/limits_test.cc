@@ -517,32 +517,22 @@ TEST_F(AbandonTest, CancelledExecuteIsCancelledAndGivesItsMemoryBack) {
   ASSERT_TRUE(full.ok()) << full.status();
   ASSERT_EQ(UsedBytes(), baseline) << "a finished request kept memory";
 
-  grpc::ClientContext ctx;
-  v1::ExecuteResponse resp;
-  grpc::Status status;
-  std::atomic<bool> done{false};
-  std::thread call([&] {
-    status = stub().Execute(&ctx, chain, &resp);
-    done = true;
-  });
-  struct Join {
-    std::thread& t;
-    ~Join() { if (t.joinable()) t.join(); }
-  } join{call};
+  BackgroundExecute call(stub(), chain);
   // Cancel once the request is surely on the device: it is in flight (the gauge counts it from
   // the handler on), and two and a half nodes' time later it is running its third node and
   // holds the ballast and two outputs. (The used-bytes gauge is refreshed when requests end, so
   // it cannot show the bytes of one still running.)
-  for (auto until = Clock::now() + std::chrono::seconds(20); Clock::now() < until && !done;) {
+  for (auto until = Clock::now() + std::chrono::seconds(20);
+       Clock::now() < until && !call.done();) {
     absl::StatusOr<double> inflight = Metric("opserve_inflight_requests");
     if (inflight.ok() && *inflight >= 1) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   std::this_thread::sleep_for(std::chrono::duration<double>(2.5 * full_s / kNodes));
-  ASSERT_FALSE(done.load()) << "the graph finished before it could be cancelled: "
-                            << status.error_code() << " " << status.error_message();
-  ctx.TryCancel();
-  call.join();
+  ASSERT_FALSE(call.done()) << "the graph finished before it could be cancelled: "
+                            << call.Wait().error_code() << " " << call.Wait().error_message();
+  call.Cancel();
+  const grpc::Status status = call.Wait();
   EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED) << status.error_message();
   const double queued = QueueSecondsOfASmallRequest();
   std::cout << "[ CANCEL   ] a request sent after the cancel waited " << queued

@@ -18,34 +18,18 @@ import argparse
 import os
 import shutil
 import signal
-import socket
 import struct
 import subprocess
 import sys
-import time
-import traceback
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "support"))
+from e2e_script import Failure, check, logger, report_failure, start_opserve  # noqa: E402
 
 M, K, N = 64, 48, 32
 FLOAT32_EPS = 2.0 ** -24  # unit roundoff
 
 
-class Failure(Exception):
-    pass
-
-
-def log(*args):
-    print("foreign_client:", *args, flush=True)
-
-
-def check(condition, message):
-    if not condition:
-        raise Failure(message)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+log = logger("foreign_client")
 
 
 def find_tool(name, given):
@@ -81,11 +65,8 @@ def expect_code(grpc, code, call, what):
 
 
 def run(args, grpc, pb, pb_grpc, demo):
-    port = free_port()
     log_path = os.path.join(args.work_dir, "opserve.log")
-    with open(log_path, "w") as server_log:
-        server = subprocess.Popen([args.opserve, "--host=127.0.0.1", f"--port={port}", "--metrics_port=-1",
-                                   f"--device={args.device}"], stdout=server_log, stderr=subprocess.STDOUT)
+    server, port = start_opserve(args.opserve, args.device, log_path)
     try:
         channel = grpc.insecure_channel(f"127.0.0.1:{port}")
         try:
@@ -214,9 +195,7 @@ def main():
         import make_demo_inputs as demo  # noqa: E402 - the shared demo data
         run(args, grpc, pb, pb_grpc, demo)
     except Exception as e:  # noqa: BLE001 - every failure is reported the same way
-        if not isinstance(e, Failure):
-            traceback.print_exc()
-        log(f"FAILED: {e}")
+        report_failure(log, e)
         return 1
     log("PASSED")
     return 0

@@ -3,7 +3,6 @@
 // culprit (node id, tensor name) and what was expected against what was received.
 #include <gtest/gtest.h>
 
-#include <initializer_list>
 #include <limits>
 #include <memory>
 #include <string>
@@ -14,87 +13,19 @@
 #include "opserve/v1/opserve.pb.h"
 #include "server/engine/plan.h"
 #include "server/rpc/convert.h"
+#include "tests/support/request_builders.h"
 
 namespace opserve {
 namespace {
 
-using ::testing::AssertionFailure;
-using ::testing::AssertionResult;
-using ::testing::AssertionSuccess;
-
-// The code, and every fragment somewhere in the message.
-AssertionResult StatusIs(const absl::Status& s, absl::StatusCode code,
-                         std::initializer_list<std::string> fragments) {
-  if (s.code() != code) {
-    return AssertionFailure() << "code " << absl::StatusCodeToString(s.code()) << ", expected "
-                              << absl::StatusCodeToString(code) << " (message: " << s.message()
-                              << ")";
-  }
-  for (const std::string& f : fragments) {
-    if (s.message().find(f) == absl::string_view::npos) {
-      return AssertionFailure() << "message \"" << s.message() << "\" does not mention \"" << f
-                                << "\"";
-    }
-  }
-  return AssertionSuccess() << s.message();
-}
-
-// Request builders.
-struct In {
-  enum Kind { kStored, kInline, kNode, kNone } kind;
-  std::string name;
-};
-In Stored(std::string n) { return {In::kStored, std::move(n)}; }
-In Inline(std::string n) { return {In::kInline, std::move(n)}; }
-In Node(std::string n) { return {In::kNode, std::move(n)}; }
-
-v1::Node* AddNode(v1::ExecuteRequest& r, const std::string& id, const std::string& op,
-                  std::vector<In> inputs, const std::string& algorithm = "") {
-  v1::Node* n = r.add_nodes();
-  n->set_id(id);
-  n->set_op(op);
-  n->set_algorithm(algorithm);
-  for (const In& in : inputs) {
-    v1::Input* i = n->add_inputs();
-    switch (in.kind) {
-      case In::kStored:
-        i->set_stored(in.name);
-        break;
-      case In::kInline:
-        i->set_inline_name(in.name);
-        break;
-      case In::kNode:
-        i->set_node(in.name);
-        break;
-      case In::kNone:
-        break;
-    }
-  }
-  return n;
-}
-
-// An inline tensor of the right byte count, or of `bytes` when given.
-void AddInline(v1::ExecuteRequest& r, const std::string& name, v1::DType dtype,
-               std::vector<int64_t> shape, int64_t bytes = -1) {
-  v1::Tensor& t = (*r.mutable_inline_tensors())[name];
-  t.set_dtype(dtype);
-  int64_t n = 1;
-  for (int64_t d : shape) {
-    t.add_shape(d);
-    n *= d;
-  }
-  const int64_t size = dtype == v1::BFLOAT16 ? 2 : dtype == v1::INT64 ? 8 : 4;
-  t.set_data(std::string(bytes >= 0 ? bytes : n * size, '\0'));
-}
-
-void AddOutput(v1::ExecuteRequest& r, const std::string& node, bool return_inline,
-               const std::string& store_as = "", bool overwrite = false) {
-  v1::OutputSpec* o = r.add_outputs();
-  o->set_node(node);
-  o->set_return_inline(return_inline);
-  o->set_store_as(store_as);
-  o->set_overwrite(overwrite);
-}
+using test_support::AddInline;
+using test_support::AddNode;
+using test_support::AddOutput;
+using test_support::In;
+using test_support::Inline;
+using test_support::Node;
+using test_support::StatusIs;
+using test_support::Stored;
 
 class PlanErrorsTest : public ::testing::Test {
  protected:
