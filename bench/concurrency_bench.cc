@@ -9,9 +9,6 @@
 #include "bench/bench.h"
 #include "bench/harness.h"
 #include "bench/service_process.h"
-#include "client/opserve_client.h"
-#include "grpcpp/create_channel.h"
-#include "grpcpp/security/credentials.h"
 
 namespace opserve::bench {
 namespace {
@@ -82,23 +79,15 @@ const LoadPoint* ConcurrencyFigures::Find(int lanes, const std::string& workload
 ConcurrencyFigures RunConcurrencyBench(const ConcurrencyOptions& opt) {
   ConcurrencyFigures f;
   for (int lanes : opt.lanes) {
-    Server server;
     std::vector<std::string> args = opt.server_args;
     args.push_back(absl::StrCat("--lanes=", lanes));
-    if (std::string err = server.Start(opt.opserve_bin, args); !err.empty()) {
+    Session session;  // its one client channel is shared by every thread
+    if (std::string err = session.Open(opt.opserve_bin, args); !err.empty()) {
       f.error = err;
       return f;
     }
-    client::ClientOptions co;
-    co.target = absl::StrCat("127.0.0.1:", server.port());
-    auto conn = client::Client::Connect(co);  // one channel, shared by every thread
-    if (!conn.ok()) {
-      f.error = std::string(conn.status().message());
-      return f;
-    }
-    client::Client& c = **conn;
-    auto raw_channel = grpc::CreateChannel(co.target, grpc::InsecureChannelCredentials());
-    grpc::GenericStub raw(raw_channel);
+    client::Client& c = *session.client;
+    grpc::GenericStub& raw = *session.raw;
     std::string error;
 
     // The floor: blocking Health/Check calls made the same way, on one channel.

@@ -46,22 +46,14 @@ constexpr uint64_t kTransferBytes = 1ull << 30;
 
 ServiceFigures RunServiceBench(const ServiceOptions& opt) {
   ServiceFigures f;
-  Server server;
-  if (std::string err = server.Start(opt.opserve_bin, opt.server_args); !err.empty()) {
+  Session session;
+  if (std::string err = session.Open(opt.opserve_bin, opt.server_args, opt.chunk_bytes);
+      !err.empty()) {
     f.error = err;
     return f;
   }
-  client::ClientOptions co;
-  co.target = absl::StrCat("127.0.0.1:", server.port());
-  if (opt.chunk_bytes > 0) co.chunk_bytes = opt.chunk_bytes;
-  auto conn = client::Client::Connect(co);
-  if (!conn.ok()) {
-    f.error = std::string(conn.status().message());
-    return f;
-  }
-  client::Client& c = **conn;
-  auto raw_channel = grpc::CreateChannel(co.target, grpc::InsecureChannelCredentials());
-  grpc::GenericStub raw(raw_channel);
+  client::Client& c = *session.client;
+  grpc::GenericStub& raw = *session.raw;
   for (int i = 0;; ++i) {
     auto h = c.HealthServing();
     if (h.ok() && *h) break;

@@ -23,7 +23,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/opserve_client.h"
+#include "grpcpp/create_channel.h"
 #include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/security/credentials.h"
 
 extern char** environ;
 
@@ -148,5 +151,29 @@ inline bool RawHealthCheck(grpc::GenericStub* stub) {
                   &response, [&](grpc::Status s) { done.set_value(std::move(s)); });
   return done.get_future().get().ok();
 }
+
+// A started server, a client library connection to it (one channel) and a raw stub for the
+// Health/Check floor on a channel of its own.
+struct Session {
+  Server server;
+  std::unique_ptr<client::Client> client;
+  std::shared_ptr<grpc::Channel> raw_channel;
+  std::unique_ptr<grpc::GenericStub> raw;
+
+  // Starts `bin` with `args` and connects; "" on success, else why not.
+  std::string Open(const std::string& bin, const std::vector<std::string>& args,
+                   int64_t chunk_bytes = 0) {
+    if (std::string err = server.Start(bin, args); !err.empty()) return err;
+    client::ClientOptions co;
+    co.target = absl::StrCat("127.0.0.1:", server.port());
+    if (chunk_bytes > 0) co.chunk_bytes = chunk_bytes;
+    auto conn = client::Client::Connect(co);
+    if (!conn.ok()) return std::string(conn.status().message());
+    client = *std::move(conn);
+    raw_channel = grpc::CreateChannel(co.target, grpc::InsecureChannelCredentials());
+    raw = std::make_unique<grpc::GenericStub>(raw_channel);
+    return "";
+  }
+};
 
 }  // namespace opserve::bench
