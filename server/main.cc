@@ -70,6 +70,8 @@ namespace {
 // kernels time-share the GPU, which inflates each node's reported kernel time. Each lane holds a
 // stream, a cuBLAS handle and its workspace, and a staging area.
 constexpr int kDefaultCudaLanes = 2;
+// Each lane is a thread, a stream and a cuBLAS workspace outside the memory budget.
+constexpr int kMaxLanes = 64;
 
 // Abseil prints it after "opserve: ".
 constexpr char kUsage[] =
@@ -293,16 +295,21 @@ int Run() {
   std::unique_ptr<Metrics> metrics = *std::move(metrics_or);
 
   // The default never asks for more lanes than requests may be in flight.
-  const int lanes =
-      absl::GetFlag(FLAGS_lanes) > 0
-          ? absl::GetFlag(FLAGS_lanes)
-          : std::min(backend->name() == "cuda" ? kDefaultCudaLanes : 1,
-                     std::max(1, absl::GetFlag(FLAGS_max_inflight)));
-  if (lanes > absl::GetFlag(FLAGS_max_inflight)) {
-    std::cerr << "opserve: --lanes=" << lanes << " is more than --max_inflight="
-              << absl::GetFlag(FLAGS_max_inflight) << ": a lane would never have work" << std::endl;
+  const int lanes_flag = absl::GetFlag(FLAGS_lanes);
+  const int max_inflight = absl::GetFlag(FLAGS_max_inflight);
+  if (lanes_flag < 0 || lanes_flag > kMaxLanes) {
+    std::cerr << "opserve: --lanes must be 0 (the default) to " << kMaxLanes << ", got "
+              << lanes_flag << std::endl;
     return 2;
   }
+  if (lanes_flag > 0 && lanes_flag > max_inflight) {
+    std::cerr << "opserve: --lanes=" << lanes_flag << " is more than --max_inflight="
+              << max_inflight << ": a lane would never have work" << std::endl;
+    return 2;
+  }
+  const int lanes =
+      lanes_flag > 0 ? lanes_flag
+                     : std::clamp(max_inflight, 1, backend->name() == "cuda" ? kDefaultCudaLanes : 1);
   if (metrics) metrics->InitLanes(lanes);
   std::cerr << "opserve: " << lanes << (lanes == 1 ? " lane" : " lanes") << std::endl;
   Metrics* lane_metrics = metrics.get();

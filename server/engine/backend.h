@@ -22,6 +22,9 @@ class Buffer {
   virtual ~Buffer() = default;
   void* data() const { return data_; }
   uint64_t bytes() const { return bytes_; }
+  // Says that no queued device work uses the buffer any more (its request finished): when it
+  // is dropped, its memory may go back at once instead of in its lane's stream order.
+  virtual void SetIdle() {}
 
  protected:
   Buffer(void* data, uint64_t bytes) : data_(data), bytes_(bytes) {}
@@ -47,7 +50,7 @@ class MemoryBudget {
   std::atomic<uint64_t> used_{0};
 };
 
-// A request's execution context on one device, used by the device worker thread only: what the
+// A request's execution context on one device lane, used by that lane's thread only: what the
 // kernels see (KernelEnv: stream, cuBLAS handle, scratch) and what the executor drives.
 class ExecEnv : public KernelEnv {
  public:

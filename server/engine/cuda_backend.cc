@@ -41,18 +41,19 @@ class CudaBackend;
 
 // Device memory from the stream-ordered pool, freed on the stream it was allocated on: a buffer
 // a lane drops mid-request (an intermediate after its last reader) is reused only after the
-// launches that lane queued before the drop, even while other lanes run. Every other drop
-// happens after the device finished with the buffer (the requests that read it hold it until
-// their wait), so the stream it is freed on orders nothing else.
+// launches that lane queued before the drop, even while other lanes run. A stored tensor is
+// marked idle at its commit and freed on the allocation stream instead: the requests that read
+// it hold it until their kernels are done, so its free need not wait behind its lane's work.
 class DeviceBuffer final : public Buffer {
  public:
   DeviceBuffer(void* p, uint64_t bytes, CudaBackend* backend, cudaStream_t stream)
       : Buffer(p, bytes), backend_(backend), stream_(stream) {}
   ~DeviceBuffer() override;
+  void SetIdle() override;
 
  private:
   CudaBackend* backend_;
-  cudaStream_t stream_;
+  cudaStream_t stream_;  // written before the buffer is shared (SetIdle at the commit)
 };
 
 class CudaBackend final : public Backend {
@@ -76,6 +77,7 @@ class CudaBackend final : public Backend {
   // For the buffers and the execution context.
   absl::StatusOr<BufferPtr> AllocateOn(uint64_t bytes, cudaStream_t stream);
   void Free(void* p, uint64_t bytes, cudaStream_t stream);
+  cudaStream_t alloc_stream() const { return alloc_stream_; }
   // A stream for one lane's execution context. The backend owns it, so that buffers allocated
   // on it can still be freed on it after the context is gone (stored tensors outlive lanes).
   absl::StatusOr<cudaStream_t> NewLaneStream();
@@ -105,6 +107,7 @@ class CudaBackend final : public Backend {
 };
 
 DeviceBuffer::~DeviceBuffer() { backend_->Free(data(), bytes(), stream_); }
+void DeviceBuffer::SetIdle() { stream_ = backend_->alloc_stream(); }
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device, uint64_t budget) {
   RETURN_IF_ERROR(FromCuda(cudaSetDevice(device), "cudaSetDevice"));

@@ -1,5 +1,5 @@
 // The CUDA backend: device memory from a stream-ordered caching pool under a byte budget,
-// pinned staging for uploads, one stream and cuBLAS handle per device worker, CUDA-event timing.
+// pinned staging for uploads, a stream and cuBLAS handle per device lane, CUDA-event timing.
 #pragma once
 
 #include <memory>

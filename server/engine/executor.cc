@@ -36,10 +36,14 @@ absl::Status ExecutePlan(const Plan& plan, Backend& backend, ExecEnv& env, Tenso
       const PlanInline& pi = plan.inlines[in.index];
       auto buffer = env.Allocate(pi.meta.Bytes());
       if (!buffer.ok()) {
+        (void)env.Finish(0);  // the copies already queued finish before their buffers go back
         return absl::Status(buffer.status().code(), absl::StrCat("inline tensor ", Quote(pi.name),
                                                                   ": ", buffer.status().message()));
       }
-      RETURN_IF_ERROR(env.CopyIn(**buffer, pi.data->data(), pi.data->size()));
+      if (absl::Status s = env.CopyIn(**buffer, pi.data->data(), pi.data->size()); !s.ok()) {
+        (void)env.Finish(0);
+        return s;
+      }
       inline_buffers[in.index] = *std::move(buffer);
     }
   }
@@ -72,7 +76,12 @@ absl::Status ExecutePlan(const Plan& plan, Backend& backend, ExecEnv& env, Tenso
       }
     }
     auto out = env.Allocate(n.output.Bytes());
-    if (!out.ok()) return at(out.status());
+    if (!out.ok()) {
+      // Drain first: the nodes already queued read stored tensors this request holds, and a
+      // tensor deleted meanwhile goes back to the pool when the request lets go of it.
+      (void)env.Finish(i);
+      return at(out.status());
+    }
     outputs[i] = *std::move(out);
     ptrs.clear();
     for (const PlanInput& in : n.inputs) {
@@ -170,6 +179,9 @@ absl::Status ExecutePlan(const Plan& plan, Backend& backend, ExecEnv& env, Tenso
         RETURN_IF_ERROR(backend.CopyOut(*outputs[i], 0, data->data(), data->size()));
       }
     }
+    // Every kernel of the request is done (Finish above): a stored output's memory, once
+    // dropped, need not wait behind this lane's later work to go back to the pool.
+    if (!n.store_as.empty()) outputs[i]->SetIdle();
     for (const PlanNode::Store& st : n.store_as) {
       to_store.push_back(std::make_shared<StoredTensor>(StoredTensor{st.name, n.output, outputs[i]}));
       overwrite.push_back(st.overwrite);

@@ -1,4 +1,4 @@
-// Runs a Plan on a device, on its worker's thread: inputs in, nodes in order with per-node
+// Runs a Plan on a device, on one of its lanes' threads: inputs in, nodes in order with per-node
 // timing, one wait for the device, outputs out (returned, or committed to the store).
 #pragma once
 

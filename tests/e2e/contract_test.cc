@@ -374,9 +374,16 @@ bool IsStored(client::Client& c, const std::string& name) {
   return false;
 }
 
+// One lane: a second request waits in the queue behind the first instead of running beside it,
+// so "the device is free again" can be read off a small request's latency.
+class OneLaneContractTest : public ContractTest {
+ protected:
+  std::vector<std::string> ExtraFlags() const override { return {"--lanes=1"}; }
+};
+
 // The deadline passes while the graph's only node runs: the node finishes on the device, but its
 // store_as output must not appear. (Before the commit checked the deadline, it did.)
-TEST_F(ContractTest, DeadlineDuringTheLastNodeStoresNothing) {
+TEST_F(OneLaneContractTest, DeadlineDuringTheLastNodeStoresNothing) {
   absl::StatusOr<SlowNode> slow = PrepareSlowNode(client(), 0.3, rng_);
   ASSERT_TRUE(slow.ok()) << slow.status();
   ASSERT_TRUE(client().PutTensor("keep", RandomTensor(v1::INT64, {1000}, rng_), false).ok());
@@ -396,7 +403,7 @@ TEST_F(ContractTest, DeadlineDuringTheLastNodeStoresNothing) {
 
 // A client cancels during the second of four long nodes: nothing is stored, and the device
 // is free again within about one node (the running one; one more may be queued behind it).
-TEST_F(ContractTest, CancelMidGraphStoresNothingAndFreesTheDevice) {
+TEST_F(OneLaneContractTest, CancelMidGraphStoresNothingAndFreesTheDevice) {
   absl::StatusOr<SlowNode> slow = PrepareSlowNode(client(), 0.25, rng_);
   ASSERT_TRUE(slow.ok()) << slow.status();
   const StoreSnapshot before = Snapshot(client());
@@ -419,12 +426,6 @@ TEST_F(ContractTest, CancelMidGraphStoresNothingAndFreesTheDevice) {
   EXPECT_FALSE(IsStored(client(), "OUT")) << "the cancelled request stored its output";
   EXPECT_TRUE(SameStore(before, Snapshot(client())));
 }
-
-// One lane: a second request waits in the queue behind the first instead of running beside it.
-class OneLaneContractTest : public ContractTest {
- protected:
-  std::vector<std::string> ExtraFlags() const override { return {"--lanes=1"}; }
-};
 
 // A request whose deadline passes while it waits for the device (behind a long node) is never
 // started: nothing of it is stored, and the device is free once the long node is done.

@@ -267,7 +267,9 @@ TEST_F(GpuStickyFaultUnderLoadTest, FaultDuringConcurrentLoadFailsInFlightReques
   AddNode(mm, "p", "matmul", {Stored("a"), Stored("b")}, "naive");
   AddOutput(mm, "p", true);
   std::atomic<bool> stop{false};
-  std::atomic<int> ok{0}, failed{0}, wrong{0};
+  // Failed in flight: planned before health turned, then failed by the device error; the others
+  // were refused at the door (UNAVAILABLE) once it had.
+  std::atomic<int> ok{0}, failed{0}, failed_in_flight{0}, wrong{0};
   std::vector<std::thread> load;
   for (int t = 0; t < 6; ++t) {
     load.emplace_back([&] {
@@ -279,6 +281,7 @@ TEST_F(GpuStickyFaultUnderLoadTest, FaultDuringConcurrentLoadFailsInFlightReques
         auto r = (*c)->Execute(mm);
         if (!r.ok()) {
           ++failed;
+          if (r.status().code() != absl::StatusCode::kUnavailable) ++failed_in_flight;
           continue;
         }
         if (IsExactMatmul(*r, n, *col_sums)) ++ok; else ++wrong;
@@ -296,6 +299,7 @@ TEST_F(GpuStickyFaultUnderLoadTest, FaultDuringConcurrentLoadFailsInFlightReques
   for (std::thread& t : load) t.join();
   EXPECT_GT(ok.load(), 0) << "no load ran before the fault";
   EXPECT_GT(failed.load(), 0) << "no request failed after the fault";
+  EXPECT_GT(failed_in_flight.load(), 0) << "no request in flight on another lane saw the fault";
   EXPECT_EQ(wrong.load(), 0) << "a request returned wrong data across the fault";
   auto serving = client().HealthServing();
   ASSERT_TRUE(serving.ok()) << serving.status();
