@@ -44,7 +44,8 @@ ABSL_FLAG(int, max_graph_nodes, 256, "most nodes in one Execute graph");
 ABSL_FLAG(int, max_inflight, 64, "most Execute requests queued or running on the device");
 ABSL_FLAG(int, lanes, 0,
           "execution lanes per device, each a thread with its own stream and cuBLAS handle, all "
-          "taking requests from one queue (0: 2 on a GPU, 1 on the CPU)");
+          "taking requests from one queue: 1 to 64 (0: 2 on a GPU, 1 on the CPU, at most "
+          "--max_inflight)");
 ABSL_FLAG(int, worker_poll_us, 2000,
           "after each job the device worker polls its queue this long before it sleeps (0: "
           "sleep at once); requests closer together than this skip a thread wake-up");
@@ -179,6 +180,24 @@ int WaitForTerminationSignal() {
 
 // The service's options from the flags; the tensor limit defaults to the memory budget.
 absl::StatusOr<ServiceOptions> ServiceOptionsFromFlags(uint64_t budget) {
+  // A limit of 0 would start a server that refuses every request: say so at start-up instead.
+  struct AtLeast {
+    const char* flag;
+    int64_t value, min;
+  };
+  for (const AtLeast& f : {AtLeast{"--max_inflight", absl::GetFlag(FLAGS_max_inflight), 1},
+                           AtLeast{"--max_graph_nodes", absl::GetFlag(FLAGS_max_graph_nodes), 1},
+                           AtLeast{"--shutdown_grace_seconds",
+                                   absl::GetFlag(FLAGS_shutdown_grace_seconds), 0},
+                           AtLeast{"--max_message_bytes",
+                                   static_cast<int64_t>(std::min<uint64_t>(
+                                       absl::GetFlag(FLAGS_max_message_bytes), INT64_MAX)),
+                                   1024}}) {
+    if (f.value < f.min) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(f.flag, " must be at least ", f.min, ", got ", f.value));
+    }
+  }
   ServiceOptions options;
   options.limits.max_tensor_bytes =
       absl::GetFlag(FLAGS_max_tensor_bytes) ? absl::GetFlag(FLAGS_max_tensor_bytes) : budget;

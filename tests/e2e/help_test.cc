@@ -97,5 +97,21 @@ TEST(HelpTest, HelpfullListsEveryFlag) {
   EXPECT_NE(full.output.find("--flagfile ("), std::string::npos) << full.output;
 }
 
+// A value that would leave a server refusing every request (or one that cannot work) stops the
+// server at start-up with status 2, naming the flag, instead of surfacing at the first request.
+TEST(HelpTest, UnusableLimitsAreRefusedAtStartUp) {
+  for (const char* flag : {"--max_inflight=0", "--max_graph_nodes=0", "--max_message_bytes=0",
+                           "--shutdown_grace_seconds=-1", "--lanes=-1", "--lanes=65",
+                           "--lanes=4 --max_inflight=2"}) {
+    SCOPED_TRACE(flag);
+    const CommandOutput run =
+        RunOpserve(std::string("--device=cpu --host=127.0.0.1 --port=0 --metrics_port=-1 ") + flag);
+    EXPECT_EQ(run.exit_code, 2) << run.output;
+    const std::string name = std::string(flag).substr(0, std::string(flag).find('='));
+    EXPECT_NE(run.output.find(name), std::string::npos) << run.output;
+    EXPECT_EQ(run.output.find("listening on"), std::string::npos) << run.output;
+  }
+}
+
 }  // namespace
 }  // namespace opserve::e2e
