@@ -109,14 +109,7 @@ ConcurrencyFigures RunConcurrencyBench(const ConcurrencyOptions& opt) {
         f.error = absl::StrCat("PutTensor ", w.name, ": ", put.status().message());
         return f;
       }
-      v1::ExecuteRequest req;
-      v1::Node* node = req.add_nodes();
-      node->set_id("m");
-      node->set_op("row_mean");
-      node->add_inputs()->set_stored("load_x");
-      v1::OutputSpec* out = req.add_outputs();
-      out->set_node("m");
-      out->set_return_inline(true);
+      const v1::ExecuteRequest req = RowMeanOfStored("load_x");
       auto execute = [&](ThreadResult& r) {
         const auto t0 = Clock::now();
         auto resp = c.Execute(req);

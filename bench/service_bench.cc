@@ -74,15 +74,7 @@ ServiceFigures RunServiceBench(const ServiceOptions& opt) {
       return f;
     }
   }
-  v1::ExecuteRequest req;
-  v1::Node* node = req.add_nodes();
-  node->set_id("m");
-  node->set_op("row_mean");
-  node->set_algorithm("auto");
-  node->add_inputs()->set_stored("bench_x");
-  v1::OutputSpec* out = req.add_outputs();
-  out->set_node("m");
-  out->set_return_inline(true);
+  const v1::ExecuteRequest req = RowMeanOfStored("bench_x");
 
   std::vector<double> exec_us, kernel_us, health_us, raw_health_us;
   std::vector<double> s_total, s_queue, s_input, s_compute, s_output;

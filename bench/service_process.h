@@ -152,6 +152,20 @@ inline bool RawHealthCheck(grpc::GenericStub* stub) {
   return done.get_future().get().ok();
 }
 
+// Execute of one row_mean node (algorithm auto) on the stored tensor `name`, returned inline.
+inline v1::ExecuteRequest RowMeanOfStored(const std::string& name) {
+  v1::ExecuteRequest req;
+  v1::Node* node = req.add_nodes();
+  node->set_id("m");
+  node->set_op("row_mean");
+  node->set_algorithm("auto");
+  node->add_inputs()->set_stored(name);
+  v1::OutputSpec* out = req.add_outputs();
+  out->set_node("m");
+  out->set_return_inline(true);
+  return req;
+}
+
 // A started server, a client library connection to it (one channel) and a raw stub for the
 // Health/Check floor on a channel of its own.
 struct Session {

@@ -179,6 +179,23 @@ int WaitForTerminationSignal() {
 }
 
 // The service's options from the flags; the tensor limit defaults to the memory budget.
+// --lanes, or for 0 the backend's default, never more than requests may be in flight
+// (ServiceOptionsFromFlags has checked that --max_inflight is at least 1).
+absl::StatusOr<int> LanesFromFlags(const Backend& backend) {
+  const int lanes = absl::GetFlag(FLAGS_lanes);
+  const int max_inflight = absl::GetFlag(FLAGS_max_inflight);
+  if (lanes < 0 || lanes > kMaxLanes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--lanes must be 0 (the default) to ", kMaxLanes, ", got ", lanes));
+  }
+  if (lanes > max_inflight) {
+    return absl::InvalidArgumentError(absl::StrCat("--lanes=", lanes, " is more than --max_inflight=",
+                                                   max_inflight, ": a lane would never have work"));
+  }
+  if (lanes > 0) return lanes;
+  return std::min(max_inflight, backend.name() == "cuda" ? kDefaultCudaLanes : 1);
+}
+
 absl::StatusOr<ServiceOptions> ServiceOptionsFromFlags(uint64_t budget) {
   // A limit of 0 would start a server that refuses every request: say so at start-up instead.
   struct AtLeast {
@@ -313,22 +330,12 @@ int Run() {
   }
   std::unique_ptr<Metrics> metrics = *std::move(metrics_or);
 
-  // The default never asks for more lanes than requests may be in flight.
-  const int lanes_flag = absl::GetFlag(FLAGS_lanes);
-  const int max_inflight = absl::GetFlag(FLAGS_max_inflight);
-  if (lanes_flag < 0 || lanes_flag > kMaxLanes) {
-    std::cerr << "opserve: --lanes must be 0 (the default) to " << kMaxLanes << ", got "
-              << lanes_flag << std::endl;
+  auto lanes_or = LanesFromFlags(*backend);
+  if (!lanes_or.ok()) {
+    std::cerr << "opserve: " << lanes_or.status() << std::endl;
     return 2;
   }
-  if (lanes_flag > 0 && lanes_flag > max_inflight) {
-    std::cerr << "opserve: --lanes=" << lanes_flag << " is more than --max_inflight="
-              << max_inflight << ": a lane would never have work" << std::endl;
-    return 2;
-  }
-  const int lanes =
-      lanes_flag > 0 ? lanes_flag
-                     : std::clamp(max_inflight, 1, backend->name() == "cuda" ? kDefaultCudaLanes : 1);
+  const int lanes = *lanes_or;
   if (metrics) metrics->InitLanes(lanes);
   std::cerr << "opserve: " << lanes << (lanes == 1 ? " lane" : " lanes") << std::endl;
   Metrics* lane_metrics = metrics.get();

@@ -20,8 +20,10 @@ absl::StatusOr<std::unique_ptr<DeviceWorker>> DeviceWorker::Start(Backend& backe
   }
   absl::Status status;
   for (auto& s : started) status.Update(s.get_future().get());
-  if (!status.ok()) w->Shutdown();  // the lanes that did start stop; the failed ones returned
-  if (!status.ok()) return status;
+  if (!status.ok()) {
+    w->Shutdown();  // the lanes that did start stop; the failed ones returned
+    return status;
+  }
   return w;
 }
 

@@ -10,8 +10,8 @@
 
 namespace opserve {
 
-// Warms every lane. The number of kernel runs on all lanes together, or the first error (which the caller may log and ignore: the
-// server still works, only its first requests are slower).
+// Warms every lane. The number of kernel runs on all lanes together, or the first error (which
+// the caller may log and ignore: the server still works, only its first requests are slower).
 absl::StatusOr<int> WarmUpKernels(Device& device);
 
 }  // namespace opserve

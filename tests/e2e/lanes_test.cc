@@ -46,6 +46,13 @@ struct Tally {
   void Problem(std::string p) {
     if (problems.size() < 5) problems.push_back(std::move(p));
   }
+  // True when `s` failed. NOT_FOUND is an answer a racing delete may give; any other failure
+  // is a problem.
+  bool Failed(const absl::Status& s, absl::string_view what) {
+    if (s.ok()) return false;
+    if (s.code() != absl::StatusCode::kNotFound) Problem(absl::StrCat(what, ": ", s.ToString()));
+    return true;
+  }
 };
 
 // `values` are all one positive integer version: returns it, or -1.
@@ -93,12 +100,7 @@ void RunClient(const std::string& target, int id, Tally& tally) {
         AddNode(req, "s", "row_sum", {Stored(shared)});
         AddOutput(req, "s", true);
         auto r = c.Execute(req);
-        if (!r.ok()) {
-          if (r.status().code() != absl::StatusCode::kNotFound) {
-            tally.Problem(absl::StrCat("row_sum ", shared, ": ", r.status().ToString()));
-          }
-          break;
-        }
+        if (tally.Failed(r.status(), absl::StrCat("row_sum ", shared))) break;
         ++tally.checked;
         const std::vector<float> sums = Floats(r->outputs(0).tensor().data());
         std::vector<float> versions;
@@ -113,12 +115,7 @@ void RunClient(const std::string& target, int id, Tally& tally) {
       }
       case 3: {  // read through a download
         auto t = c.GetTensor(shared);
-        if (!t.ok()) {
-          if (t.status().code() != absl::StatusCode::kNotFound) {
-            tally.Problem(absl::StrCat("get ", shared, ": ", t.status().ToString()));
-          }
-          break;
-        }
+        if (tally.Failed(t.status(), absl::StrCat("get ", shared))) break;
         ++tally.checked;
         const double v = OneVersion(Floats(t->data));
         if (v < 0 || t->shape != std::vector<int64_t>{RowsOf(v), kCols}) {
@@ -127,10 +124,7 @@ void RunClient(const std::string& target, int id, Tally& tally) {
         break;
       }
       case 4: {  // delete
-        auto d = c.DeleteTensor(shared);
-        if (!d.ok() && d.status().code() != absl::StatusCode::kNotFound) {
-          tally.Problem(absl::StrCat("delete ", shared, ": ", d.status().ToString()));
-        }
+        (void)tally.Failed(c.DeleteTensor(shared).status(), absl::StrCat("delete ", shared));
         break;
       }
       case 5: {  // read-your-writes, and a private graph whose node ids every client shares
