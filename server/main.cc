@@ -46,6 +46,10 @@ ABSL_FLAG(int, lanes, 0,
           "execution lanes per device, each a thread with its own stream and cuBLAS handle, all "
           "taking requests from one queue: 1 to 64 (0: 2 on a GPU, 1 on the CPU, at most "
           "--max_inflight)");
+ABSL_FLAG(int, graph_cache, 64,
+          "CUDA graphs kept per execution context (two per lane) for replay: a graph of two or "
+          "more nodes received again with the same signature runs as one launch; 0 to 1024 (0: "
+          "every node launched on its own)");
 ABSL_FLAG(int, worker_poll_us, 2000,
           "after each job the device worker polls its queue this long before it sleeps (0: "
           "sleep at once); requests closer together than this skip a thread wake-up");
@@ -73,6 +77,9 @@ namespace {
 constexpr int kDefaultCudaLanes = 2;
 // Each lane is a thread, a stream and a cuBLAS workspace outside the memory budget.
 constexpr int kMaxLanes = 64;
+// A graph holds device memory for its scratch (charged to the budget) and host memory for its
+// instance.
+constexpr int kMaxGraphCache = 1024;
 
 // Abseil prints it after "opserve: ".
 constexpr char kUsage[] =
@@ -108,10 +115,15 @@ absl::StatusOr<std::unique_ptr<Backend>> ChooseBackend(const std::string& device
   if (device != "auto" && device != "cuda" && device.rfind("cuda:", 0) != 0) {
     return absl::InvalidArgumentError(absl::StrCat("--device must be auto, cpu, cuda or cuda:N, got '", device, "'"));
   }
+  const int graph_cache = absl::GetFlag(FLAGS_graph_cache);
+  if (graph_cache < 0 || graph_cache > kMaxGraphCache) {
+    return absl::InvalidArgumentError(absl::StrCat("--graph_cache must be 0 to ", kMaxGraphCache,
+                                                   ", got ", graph_cache));
+  }
 #if OPSERVE_WITH_CUDA
   absl::Status probe = ProbeCuda(index);
   if (probe.ok()) {
-    auto backend = MakeCudaBackend(index, budget);
+    auto backend = MakeCudaBackend(index, budget, graph_cache);
     if (backend.ok()) {
       std::cerr << "opserve: backend cuda: " << (*backend)->description() << " (--device=" << device
                 << ")" << std::endl;
@@ -343,7 +355,7 @@ int Run() {
       std::move(backend), lanes, absl::GetFlag(FLAGS_max_inflight),
       std::chrono::microseconds(std::clamp(absl::GetFlag(FLAGS_worker_poll_us), 0, 1000000)),
       [lane_metrics](int lane, int running) {
-        if (lane_metrics != nullptr) lane_metrics->SetLaneBusy(lane, running);
+        if (lane_metrics != nullptr) lane_metrics->SetLaneInflight(lane, running);
       });
   if (!device_or.ok()) {
     std::cerr << "opserve: device worker: " << device_or.status() << std::endl;

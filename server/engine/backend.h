@@ -4,7 +4,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -50,8 +52,13 @@ class MemoryBudget {
   std::atomic<uint64_t> used_{0};
 };
 
-// A request's execution context on one device lane, used by that lane's thread only: what the
-// kernels see (KernelEnv: stream, cuBLAS handle, scratch) and what the executor drives.
+// How a request's kernels were queued: node by node, or as a CUDA graph (ExecEnv::LaunchAsGraph).
+enum class GraphReplay { kNotUsed, kCaptured, kReplayed };
+
+// A request's execution context on one device lane: what the kernels see (KernelEnv: stream,
+// cuBLAS handle, scratch) and what the executor drives. A lane's launch thread queues a request's
+// work on a context and its completion thread finishes it (Finish onwards); the lane's contexts
+// share its stream, so one request is launched while the one before it runs.
 class ExecEnv : public KernelEnv {
  public:
   // Memory for a node's output or an inline input, ordered on this context's stream: it is
@@ -77,9 +84,26 @@ class ExecEnv : public KernelEnv {
   // synchronously. The executor calls it before queueing the node after next, so an abandoned
   // request leaves at most the running node and one queued node for the device to finish.
   virtual absl::Status WaitNode(int i) { return absl::OkStatus(); }
-  // Waits for the device (once per request) and returns each marked node's seconds.
+  // Called once the request's device work is all queued: Finish then waits for that work, not
+  // for what another context queues after it on the lane's stream. Reports a launch error.
+  virtual absl::Status Launched() { return absl::OkStatus(); }
+  // Waits for the device (once per request: for the work queued up to Launched(), or for all of
+  // this context's work when a failed request drains) and returns each marked node's seconds.
   // Frees the scratch. A device error here is reported against the request.
   virtual absl::StatusOr<std::vector<double>> Finish(int num_nodes) = 0;
+  // Queues the work `launch` queues (the request's nodes, with their timing marks) as one CUDA
+  // graph kept under `key`, the request's signature: captured from `launch` the first time,
+  // replayed after. `bindings` are every device address the nodes read or write; when they
+  // differ from the cached graph's, `launch` is captured again and the graph updated in place,
+  // which still costs one launch on the device. Within `launch`, Scratch comes from memory
+  // the graph keeps, Allocate must not be called, and nothing may wait for the device.
+  // kNotUsed: `launch` ran directly (no graph cache here, or kernels a graph cannot capture).
+  virtual absl::StatusOr<GraphReplay> LaunchAsGraph(const std::string& key,
+                                               std::span<const void* const> bindings,
+                                               const std::function<absl::Status()>& launch) {
+    if (absl::Status s = launch(); !s.ok()) return s;
+    return GraphReplay::kNotUsed;
+  }
   // Test builds: fail the way a faulty kernel does on this device (on CUDA, an illegal-address
   // launch whose sticky error Finish reports).
   virtual absl::Status InjectFault() { return absl::InternalError("injected kernel fault"); }
@@ -114,8 +138,9 @@ class Backend : public DeviceProperties {
   virtual absl::Status CopyOut(const Buffer& src, uint64_t offset, void* dst,
                                uint64_t bytes) = 0;
   virtual std::unique_ptr<Uploader> NewUploader(BufferPtr dst) = 0;
-  // One per device worker; made on the worker's thread.
-  virtual absl::StatusOr<std::unique_ptr<ExecEnv>> NewExecEnv() = 0;
+  // An execution context, made on a lane's launch thread. With `share_stream_of`, the new
+  // context queues its work on that context's stream and cuBLAS handle (one lane's contexts).
+  virtual absl::StatusOr<std::unique_ptr<ExecEnv>> NewExecEnv(ExecEnv* share_stream_of = nullptr) = 0;
   // OK while the device can serve; a sticky device error makes it fail for good.
   virtual absl::Status Healthy() const { return absl::OkStatus(); }
   virtual MemoryStats Memory() const = 0;

@@ -112,7 +112,7 @@ class CpuBackend final : public Backend {
   std::unique_ptr<Uploader> NewUploader(BufferPtr dst) override {
     return std::make_unique<CpuUploader>(std::move(dst));
   }
-  absl::StatusOr<std::unique_ptr<ExecEnv>> NewExecEnv() override {
+  absl::StatusOr<std::unique_ptr<ExecEnv>> NewExecEnv(ExecEnv* /*share_stream_of*/) override {
     return std::make_unique<CpuExecEnv>(this);
   }
   MemoryStats Memory() const override {

@@ -10,6 +10,7 @@
 #include "kernels/cublas_loader.h"
 #include "kernels/test_fault.h"
 #include "server/ops/cuda_launch.h"
+#include "server/engine/cuda_graph_cache.h"
 #include "server/engine/pinned_pool.h"
 #include "common/status_macros.h"
 
@@ -58,7 +59,8 @@ class DeviceBuffer final : public Buffer {
 
 class CudaBackend final : public Backend {
  public:
-  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(int device, uint64_t budget);
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(int device, uint64_t budget,
+                                                             int graph_cache);
   ~CudaBackend() override;
 
   std::string name() const override { return "cuda"; }
@@ -70,7 +72,7 @@ class CudaBackend final : public Backend {
   absl::StatusOr<BufferPtr> Allocate(uint64_t bytes) override;
   absl::Status CopyOut(const Buffer& src, uint64_t offset, void* dst, uint64_t bytes) override;
   std::unique_ptr<Uploader> NewUploader(BufferPtr dst) override;
-  absl::StatusOr<std::unique_ptr<ExecEnv>> NewExecEnv() override;
+  absl::StatusOr<std::unique_ptr<ExecEnv>> NewExecEnv(ExecEnv* share_stream_of) override;
   absl::Status Healthy() const override;
   MemoryStats Memory() const override;
 
@@ -84,14 +86,17 @@ class CudaBackend final : public Backend {
   absl::Status Check(cudaError_t err, absl::string_view what);
   PinnedPool& pinned() { return pinned_; }
   int device_index() const { return device_; }
+  int graph_cache() const { return graph_cache_; }
 
  private:
   absl::Status CopyOutVia(PinnedPool::Block block, const Buffer& src, uint64_t offset, void* dst,
                           uint64_t bytes);
-  CudaBackend(int device, uint64_t budget) : device_(device), budget_(budget) {}
+  CudaBackend(int device, uint64_t budget, int graph_cache)
+      : device_(device), budget_(budget), graph_cache_(graph_cache) {}
 
   const int device_;
   MemoryBudget budget_;
+  const int graph_cache_;  // graphs per execution context (CudaGraphCache)
   std::string description_;
   int cc_ = 0;
   int sm_count_ = 0;
@@ -109,14 +114,15 @@ class CudaBackend final : public Backend {
 DeviceBuffer::~DeviceBuffer() { backend_->Free(data(), bytes(), stream_); }
 void DeviceBuffer::SetIdle() { stream_ = backend_->alloc_stream(); }
 
-absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device, uint64_t budget) {
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device, uint64_t budget,
+                                                                   int graph_cache) {
   RETURN_IF_ERROR(FromCuda(cudaSetDevice(device), "cudaSetDevice"));
   cudaDeviceProp prop{};
   RETURN_IF_ERROR(FromCuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties"));
   size_t free_bytes = 0, total_bytes = 0;
   RETURN_IF_ERROR(FromCuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo"));
   if (budget == 0) budget = static_cast<uint64_t>(free_bytes * 0.9);
-  std::unique_ptr<CudaBackend> b(new CudaBackend(device, budget));
+  std::unique_ptr<CudaBackend> b(new CudaBackend(device, budget, graph_cache));
   b->cc_ = prop.major * 10 + prop.minor;
   b->sm_count_ = prop.multiProcessorCount;
   b->total_ = total_bytes;
@@ -299,30 +305,64 @@ std::unique_ptr<Uploader> CudaBackend::NewUploader(BufferPtr dst) {
   return std::make_unique<CudaUploader>(this, std::move(dst));
 }
 
-// The device worker's context: its stream, cuBLAS handle, timing events and scratch.
+// A lane's stream and cuBLAS handle, shared by the lane's contexts.
+struct LaneStream {
+  ~LaneStream() {
+    if (stream) cudaStreamSynchronize(stream);
+    kernels::CublasDestroyHandle(blas);
+    if (blas_workspace) cudaFree(blas_workspace);
+  }
+  // cuBLAS's own recommendation for Hopper; a workspace the handle owns keeps cuBLAS from
+  // allocating while a CUDA graph is captured.
+  static constexpr size_t kBlasWorkspaceBytes = 32 << 20;
+  cudaStream_t stream = nullptr;  // owned by the backend (NewLaneStream)
+  void* blas = nullptr;           // a cublasHandle_t
+  void* blas_workspace = nullptr;
+};
+
+// One execution context of a lane: its timing events, scratch and staging, on the lane's stream.
 class CudaExecEnv final : public ExecEnv {
  public:
-  explicit CudaExecEnv(CudaBackend* backend) : backend_(backend) {}
+  explicit CudaExecEnv(CudaBackend* backend)
+      : backend_(backend),
+        graphs_(backend->graph_cache(), [backend](uint64_t bytes) { return backend->Allocate(bytes); }) {}
   ~CudaExecEnv() override {
-    cudaStreamSynchronize(stream_);
+    if (stream_) cudaStreamSynchronize(stream_);
+    graphs_.Clear();  // before the events its graphs record
     if (staging_) cudaFreeHost(staging_);
     for (auto& [a, b] : events_) {
       cudaEventDestroy(a);
       cudaEventDestroy(b);
     }
-    kernels::CublasDestroyHandle(blas_);
+    if (done_) cudaEventDestroy(done_);
   }
 
-  absl::Status Init() {
+  absl::Status Init(CudaExecEnv* share_stream_of) {
     RETURN_IF_ERROR(FromCuda(cudaSetDevice(backend_->device_index()), "cudaSetDevice"));
-    ASSIGN_OR_RETURN(stream_, backend_->NewLaneStream());
-    blas_ = kernels::CublasCreateHandle(stream_);
-    if (blas_ == nullptr) return absl::InternalError("cuBLAS: no handle (see the log for why)");
+    if (share_stream_of != nullptr) {
+      lane_ = share_stream_of->lane_;
+    } else {
+      lane_ = std::make_shared<LaneStream>();
+      ASSIGN_OR_RETURN(lane_->stream, backend_->NewLaneStream());
+      lane_->blas = kernels::CublasCreateHandle(lane_->stream);
+      if (lane_->blas == nullptr) return absl::InternalError("cuBLAS: no handle (see the log for why)");
+      RETURN_IF_ERROR(FromCuda(cudaMalloc(&lane_->blas_workspace, LaneStream::kBlasWorkspaceBytes),
+                               "cuBLAS workspace"));
+      RETURN_IF_ERROR(FromCuda(kernels::CublasSetWorkspace(lane_->blas, lane_->blas_workspace,
+                                                           LaneStream::kBlasWorkspaceBytes),
+                               "cublasSetWorkspace"));
+    }
+    stream_ = lane_->stream;
+    RETURN_IF_ERROR(FromCuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "event"));
+    // Made now rather than by the first requests: events for a few nodes, and the staging.
+    Events(kEventsAtStart - 1);
+    (void)Stage(1);
+    staged_ = 0;
     return absl::OkStatus();
   }
 
   void* stream() override { return stream_; }
-  void* blas_handle() override { return blas_; }
+  void* blas_handle() override { return lane_->blas; }
 
   absl::StatusOr<BufferPtr> Allocate(uint64_t bytes) override {
     return backend_->AllocateOn(bytes, stream_);
@@ -335,6 +375,7 @@ class CudaExecEnv final : public ExecEnv {
     return backend_->Check(cudaMemsetAsync(dst.data(), byte, bytes, stream_), "fill");
   }
   absl::StatusOr<void*> Scratch(uint64_t bytes) override {
+    if (graphs_.capturing()) return graphs_.CaptureScratch(bytes);
     ASSIGN_OR_RETURN(BufferPtr b, backend_->AllocateOn(bytes, stream_));
     scratch_.push_back(b);
     return b->data();
@@ -344,28 +385,11 @@ class CudaExecEnv final : public ExecEnv {
   // Small outputs go through one page-locked area, grown (between requests only) up to
   // kMaxStagingBytes; larger ones are left to Backend::CopyOut.
   absl::StatusOr<const void*> StageOut(const Buffer& src, uint64_t bytes) override {
-    constexpr uint64_t kAlign = 256;
-    const uint64_t need = staged_ + (bytes + kAlign - 1) / kAlign * kAlign;
-    if (bytes == 0 || need > kMaxStagingBytes) return nullptr;
-    if (need > staging_bytes_) {
-      if (staged_ > 0) return nullptr;  // copies into the current area are queued
-      uint64_t grown = std::max<uint64_t>(staging_bytes_ * 2, 1 << 20);
-      while (grown < need) grown *= 2;
-      grown = std::min(grown, kMaxStagingBytes);
-      if (staging_) cudaFreeHost(staging_);
-      staging_ = nullptr;
-      staging_bytes_ = 0;
-      if (cudaMallocHost(&staging_, grown) != cudaSuccess) {
-        cudaGetLastError();
-        staging_ = nullptr;
-        return nullptr;
-      }
-      staging_bytes_ = grown;
-    }
-    char* dst = static_cast<char*>(staging_) + staged_;
+    if (bytes == 0) return nullptr;
+    char* dst = Stage(bytes);
+    if (dst == nullptr) return nullptr;
     RETURN_IF_ERROR(backend_->Check(cudaMemcpyAsync(dst, src.data(), bytes, cudaMemcpyDeviceToHost, stream_),
                                     "output download"));
-    staged_ = need;
     return dst;
   }
 
@@ -373,16 +397,30 @@ class CudaExecEnv final : public ExecEnv {
     // The launch itself succeeds; the fault surfaces at Finish, as a real one would.
     return FromCuda(kernels::LaunchIllegalAddressForTest(stream_), "injected fault");
   }
-  void MarkStart(int i) override { cudaEventRecord(Events(i).first, stream_); }
-  void MarkEnd(int i) override { cudaEventRecord(Events(i).second, stream_); }
+  void MarkStart(int i) override { Record(Events(i).first); }
+  void MarkEnd(int i) override { Record(Events(i).second); }
+  absl::StatusOr<GraphReplay> LaunchAsGraph(const std::string& key,
+                                            std::span<const void* const> bindings,
+                                            const std::function<absl::Status()>& launch) override {
+    return graphs_.Launch(stream_, key, bindings, launch);
+  }
   absl::Status WaitNode(int i) override {
     return backend_->Check(cudaEventSynchronize(Events(i).second), "device");
   }
 
+  absl::Status Launched() override {
+    launched_ = true;
+    // A launch error a launcher did not report must not fail the next request's launch check.
+    RETURN_IF_ERROR(backend_->Check(cudaGetLastError(), "launch"));
+    return backend_->Check(cudaEventRecord(done_, stream_), "launch");
+  }
+
   absl::StatusOr<std::vector<double>> Finish(int num_nodes) override {
-    // The request's one wait for the device.
-    cudaError_t err = cudaStreamSynchronize(stream_);
-    if (err == cudaSuccess) err = cudaGetLastError();
+    // The request's one wait for the device. A request that failed before Launched() drains
+    // everything queued on the stream so far, on the launch thread.
+    cudaError_t err = launched_ ? cudaEventSynchronize(done_) : cudaStreamSynchronize(stream_);
+    if (!launched_ && err == cudaSuccess) err = cudaGetLastError();
+    launched_ = false;
     scratch_.clear();
     RETURN_IF_ERROR(backend_->Check(err, "device"));
     std::vector<double> seconds(num_nodes, 0.0);
@@ -410,21 +448,61 @@ class CudaExecEnv final : public ExecEnv {
     return events_[i];
   }
 
+  // While a graph is captured, a plain record would only order the capture: an external one
+  // becomes a node of the graph and times the node on every replay.
+  void Record(cudaEvent_t e) {
+    if (graphs_.capturing()) {
+      cudaEventRecordWithFlags(e, stream_, cudaEventRecordExternal);
+    } else {
+      cudaEventRecord(e, stream_);
+    }
+  }
+
+  // Room for `bytes` more in the page-locked area, grown (between requests only) up to
+  // kMaxStagingBytes; nullptr when it has none: larger outputs are left to Backend::CopyOut.
+  char* Stage(uint64_t bytes) {
+    constexpr uint64_t kAlign = 256;
+    const uint64_t need = staged_ + (bytes + kAlign - 1) / kAlign * kAlign;
+    if (need > kMaxStagingBytes) return nullptr;
+    if (need > staging_bytes_) {
+      if (staged_ > 0) return nullptr;  // copies into the current area are queued
+      uint64_t grown = std::max<uint64_t>(staging_bytes_ * 2, 1 << 20);
+      while (grown < need) grown *= 2;
+      grown = std::min(grown, kMaxStagingBytes);
+      if (staging_) cudaFreeHost(staging_);
+      staging_ = nullptr;
+      staging_bytes_ = 0;
+      if (cudaMallocHost(&staging_, grown) != cudaSuccess) {
+        cudaGetLastError();
+        staging_ = nullptr;
+        return nullptr;
+      }
+      staging_bytes_ = grown;
+    }
+    char* dst = static_cast<char*>(staging_) + staged_;
+    staged_ = need;
+    return dst;
+  }
+
   static constexpr uint64_t kMaxStagingBytes = 16 << 20;
+  static constexpr int kEventsAtStart = 8;
 
   CudaBackend* backend_;
-  cudaStream_t stream_ = nullptr;
-  void* blas_ = nullptr;  // a cublasHandle_t
+  std::shared_ptr<LaneStream> lane_;
+  cudaStream_t stream_ = nullptr;  // lane_->stream
+  cudaEvent_t done_ = nullptr;     // recorded by Launched(), waited for by Finish()
+  bool launched_ = false;
   void* staging_ = nullptr;  // page-locked, for StageOut
   uint64_t staging_bytes_ = 0;
   uint64_t staged_ = 0;      // bytes of it this request uses
   std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events_;
   std::vector<BufferPtr> scratch_;
+  CudaGraphCache graphs_;
 };
 
-absl::StatusOr<std::unique_ptr<ExecEnv>> CudaBackend::NewExecEnv() {
+absl::StatusOr<std::unique_ptr<ExecEnv>> CudaBackend::NewExecEnv(ExecEnv* share_stream_of) {
   auto env = std::make_unique<CudaExecEnv>(this);
-  RETURN_IF_ERROR(env->Init());
+  RETURN_IF_ERROR(env->Init(static_cast<CudaExecEnv*>(share_stream_of)));
   return env;
 }
 
@@ -448,8 +526,9 @@ absl::Status ProbeCuda(int device) {
   return FromCuda(cudaSetDevice(device), "cudaSetDevice");
 }
 
-absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(int device, uint64_t budget_bytes) {
-  ASSIGN_OR_RETURN(auto b, CudaBackend::Create(device, budget_bytes));
+absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(int device, uint64_t budget_bytes,
+                                                         int graph_cache) {
+  ASSIGN_OR_RETURN(auto b, CudaBackend::Create(device, budget_bytes, graph_cache));
   return std::unique_ptr<Backend>(std::move(b));
 }
 

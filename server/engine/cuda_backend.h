@@ -14,7 +14,9 @@ namespace opserve {
 // a machine with the toolkit but no driver answers cudaErrorInsufficientDriver (35).
 absl::Status ProbeCuda(int device);
 
-// `budget_bytes` 0 means 90% of the device's free memory at start.
-absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(int device, uint64_t budget_bytes);
+// `budget_bytes` 0 means 90% of the device's free memory at start. `graph_cache`: CUDA graphs
+// kept per execution context for replay (CudaGraphCache); 0 launches every node directly.
+absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(int device, uint64_t budget_bytes,
+                                                         int graph_cache = 0);
 
 }  // namespace opserve

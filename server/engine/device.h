@@ -1,6 +1,6 @@
 // One device as the engine uses it: its backend (memory through a budget, copies) and its
-// worker, whose lanes (a thread and an execution context each: stream, cuBLAS handle, scratch)
-// take jobs from one queue. More devices are more of these objects; nothing above the engine
+// worker, whose lanes (a stream and cuBLAS handle, a launch and a completion thread, and
+// execution contexts with their scratch and staging) take jobs from one queue. More devices are more of these objects; nothing above the engine
 // holds a worker directly.
 #pragma once
 
@@ -26,6 +26,7 @@ class Device {
   // Queues a job on the worker: RESOURCE_EXHAUSTED when the queue is full, UNAVAILABLE once
   // Shutdown began.
   absl::Status Submit(DeviceWorker::Job job) { return worker_->Submit(std::move(job)); }
+  absl::Status SubmitAsync(DeviceWorker::AsyncJob job) { return worker_->SubmitAsync(std::move(job)); }
   int queue_depth() const { return worker_->depth(); }
   int lanes() const { return worker_->lanes(); }
   // Runs the jobs already queued, then stops the worker. The backend lives on.

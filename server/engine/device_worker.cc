@@ -6,6 +6,27 @@
 
 namespace opserve {
 
+// One lane: its contexts, made and destroyed on its launch thread, and the hand-over between
+// its two threads. `mu` orders the slots, the pending finishers and the observer's calls.
+struct DeviceWorker::Lane {
+  struct Pending {
+    Finisher finish;
+    ExecEnv* env;
+  };
+
+  explicit Lane(int i) : index(i) {}
+  const int index;
+  std::mutex mu;
+  std::condition_variable slot_freed;  // the launch thread waits for a free context
+  std::condition_variable launched;    // the completion thread waits for a finisher
+  std::vector<ExecEnv*> free_slots;
+  std::deque<Pending> pending;
+  int in_flight = 0;
+  bool launch_done = false;  // the launch thread queues nothing more
+  std::thread launch_thread;
+  std::thread completion_thread;
+};
+
 absl::StatusOr<std::unique_ptr<DeviceWorker>> DeviceWorker::Start(Backend& backend, int lanes,
                                                                   int max_queue,
                                                                   std::chrono::microseconds poll,
@@ -15,8 +36,10 @@ absl::StatusOr<std::unique_ptr<DeviceWorker>> DeviceWorker::Start(Backend& backe
   }
   std::unique_ptr<DeviceWorker> w(new DeviceWorker(backend, max_queue, poll, std::move(observer)));
   std::vector<std::promise<absl::Status>> started(lanes);
-  for (int lane = 0; lane < lanes; ++lane) {
-    w->threads_.emplace_back(&DeviceWorker::Loop, w.get(), lane, &started[lane]);
+  for (int i = 0; i < lanes; ++i) w->lanes_.push_back(std::make_unique<Lane>(i));
+  for (int i = 0; i < lanes; ++i) {
+    w->lanes_[i]->launch_thread =
+        std::thread(&DeviceWorker::LaunchLoop, w.get(), std::ref(*w->lanes_[i]), &started[i]);
   }
   absl::Status status;
   for (auto& s : started) status.Update(s.get_future().get());
@@ -27,9 +50,13 @@ absl::StatusOr<std::unique_ptr<DeviceWorker>> DeviceWorker::Start(Backend& backe
   return w;
 }
 
+DeviceWorker::DeviceWorker(Backend& backend, int max_queue, std::chrono::microseconds poll,
+                           LaneObserver observer)
+    : backend_(backend), max_queue_(max_queue), poll_(poll), observer_(std::move(observer)) {}
+
 DeviceWorker::~DeviceWorker() { Shutdown(); }
 
-absl::Status DeviceWorker::Submit(Job job) {
+absl::Status DeviceWorker::SubmitAsync(AsyncJob job) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return absl::UnavailableError("the server is shutting down");
@@ -46,6 +73,13 @@ absl::Status DeviceWorker::Submit(Job job) {
   return absl::OkStatus();
 }
 
+absl::Status DeviceWorker::Submit(Job job) {
+  return SubmitAsync(AsyncJob([job = std::move(job)](ExecEnv& env) -> Finisher {
+    Completion done = job(env);
+    return [done = std::move(done)](ExecEnv&) { return done; };
+  }));
+}
+
 int DeviceWorker::depth() const {
   std::lock_guard<std::mutex> lock(mu_);
   return static_cast<int>(jobs_.size()) + running_;
@@ -57,42 +91,103 @@ void DeviceWorker::Shutdown() {
     stopping_ = true;
   }
   cv_.notify_all();
-  for (std::thread& t : threads_) {
-    if (t.joinable()) t.join();
+  for (auto& lane : lanes_) {
+    if (lane->launch_thread.joinable()) lane->launch_thread.join();
   }
 }
 
-void DeviceWorker::Loop(int lane, std::promise<absl::Status>* started) {
-  auto env = backend_.NewExecEnv();
-  started->set_value(env.status());
-  if (!env.ok()) return;
+bool DeviceWorker::TakeJob(AsyncJob* job) {
+  // Poll a little before sleeping: a request that arrives within poll_ of the last one starts
+  // without a futex wake-up (tens of microseconds on a VM; PERFORMANCE.md).
+  const auto spin_until = std::chrono::steady_clock::now() + poll_;
+  while (queued_.load(std::memory_order_acquire) == 0 &&
+         !stopping_.load(std::memory_order_relaxed) &&
+         std::chrono::steady_clock::now() < spin_until) {
+    std::this_thread::yield();
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+  if (jobs_.empty()) return false;  // stopping, and everything queued has been taken
+  *job = std::move(jobs_.front());
+  jobs_.pop_front();
+  queued_.fetch_sub(1, std::memory_order_relaxed);
+  ++running_;
+  return true;
+}
+
+void DeviceWorker::LaunchLoop(Lane& lane, std::promise<absl::Status>* started) {
+  // The lane's contexts share the first one's stream: its requests run in arrival order.
+  std::vector<std::unique_ptr<ExecEnv>> envs;
+  absl::Status status;
+  for (int s = 0; s < kSlotsPerLane && status.ok(); ++s) {
+    auto env = backend_.NewExecEnv(envs.empty() ? nullptr : envs.front().get());
+    status = env.status();
+    if (env.ok()) envs.push_back(*std::move(env));
+  }
+  started->set_value(status);
+  if (!status.ok()) return;
+  for (auto& env : envs) lane.free_slots.push_back(env.get());
+  lane.completion_thread = std::thread(&DeviceWorker::CompletionLoop, this, std::ref(lane));
+
   for (;;) {
-    Job job;
-    // Poll a little before sleeping: a request that arrives within poll_ of the last one
-    // starts without a futex wake-up (tens of microseconds on a VM; PERFORMANCE.md).
-    const auto spin_until = std::chrono::steady_clock::now() + poll_;
-    while (queued_.load(std::memory_order_acquire) == 0 &&
-           !stopping_.load(std::memory_order_relaxed) &&
-           std::chrono::steady_clock::now() < spin_until) {
-      std::this_thread::yield();
+    ExecEnv* env = nullptr;
+    {
+      std::unique_lock<std::mutex> lock(lane.mu);
+      lane.slot_freed.wait(lock, [&] { return !lane.free_slots.empty(); });
+      env = lane.free_slots.back();
+      lane.free_slots.pop_back();
+    }
+    AsyncJob job;
+    if (!TakeJob(&job)) {
+      std::lock_guard<std::mutex> lock(lane.mu);
+      lane.free_slots.push_back(env);
+      break;
     }
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
-      if (jobs_.empty()) return;  // stopping, and everything queued has run
-      job = std::move(jobs_.front());
-      jobs_.pop_front();
-      queued_.fetch_sub(1, std::memory_order_relaxed);
-      ++running_;
+      std::lock_guard<std::mutex> lock(lane.mu);
+      ++lane.in_flight;
+      if (observer_) observer_(lane.index, lane.in_flight);
     }
-    if (observer_) observer_(lane, 1);
-    Completion done = job(**env);
-    job = nullptr;  // what the job held (a plan, its tensors) goes before the reply
+    Finisher finish = job(*env);
+    job = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(lane.mu);
+      lane.pending.push_back({std::move(finish), env});
+    }
+    lane.launched.notify_one();
+  }
+  {
+    std::lock_guard<std::mutex> lock(lane.mu);
+    lane.launch_done = true;
+  }
+  lane.launched.notify_one();
+  lane.completion_thread.join();
+  envs.clear();  // on the thread that made them
+}
+
+void DeviceWorker::CompletionLoop(Lane& lane) {
+  for (;;) {
+    Lane::Pending p;
+    {
+      std::unique_lock<std::mutex> lock(lane.mu);
+      lane.launched.wait(lock, [&] { return !lane.pending.empty() || lane.launch_done; });
+      if (lane.pending.empty()) return;
+      p = std::move(lane.pending.front());
+      lane.pending.pop_front();
+    }
+    Completion done = p.finish ? p.finish(*p.env) : nullptr;
+    p.finish = nullptr;  // what the job held (a plan, its tensors) goes before the reply
+    {
+      std::lock_guard<std::mutex> lock(lane.mu);
+      lane.free_slots.push_back(p.env);
+      --lane.in_flight;
+      if (observer_) observer_(lane.index, lane.in_flight);
+    }
+    lane.slot_freed.notify_one();
     {
       std::lock_guard<std::mutex> lock(mu_);
       --running_;
     }
-    if (observer_) observer_(lane, 0);
     if (done) done();
   }
 }

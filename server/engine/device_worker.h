@@ -1,7 +1,9 @@
-// A device's lanes: one thread per lane, each owning an execution context of its own (on CUDA a
-// stream, a cuBLAS handle, scratch and staging), all taking jobs from one queue in arrival order.
-// With several lanes the host work of one request (inputs, outputs, the reply) overlaps the
-// kernels of others, and kernels of different requests may overlap on the device. gRPC threads
+// A device's lanes. Each lane is a stream (on CUDA, with its cuBLAS handle) and two threads: a
+// launch thread that takes jobs from the device's one queue and queues their device work, and a
+// completion thread that waits for each job's work to end, finishes it and hands its reply over.
+// A lane has kSlotsPerLane execution contexts (timing events, scratch, staging) on its stream,
+// so its launch thread queues the next request while the completion thread waits for the last:
+// no thread that launches work ever waits for the device at the end of a request. gRPC threads
 // hand work over here and never wait on the device themselves. The queue is bounded: a full
 // queue answers RESOURCE_EXHAUSTED instead of growing.
 #pragma once
@@ -25,40 +27,52 @@ namespace opserve {
 
 class DeviceWorker {
  public:
-  // A job runs on the device and returns what must happen once its queue slot is free: the
-  // reply to the client. Replying from inside the job would let the client's next request
-  // arrive while this one still counts against --max_inflight.
+  // Requests a lane may have queued on its stream at once: one the device runs while the next
+  // is launched behind it. More would only lengthen the wait in the stream.
+  static constexpr int kSlotsPerLane = 2;
+
+  // What runs once a job's queue slot is free: the reply to the client. Replying earlier would
+  // let the client's next request arrive while this one still counts against --max_inflight.
   using Completion = std::function<void()>;
+  // The second half of a job, on the lane's completion thread with the same context: waits for
+  // the device work the first half queued, then finishes (timings, outputs, the commit).
+  using Finisher = std::function<Completion(ExecEnv&)>;
+  // A job in two halves: queues device work on the context and returns its finisher.
+  using AsyncJob = std::function<Finisher(ExecEnv&)>;
+  // A job in one piece (warm-up, tests): runs on the launch thread, waits for its own work.
   using Job = std::function<Completion(ExecEnv&)>;
 
-  // Called with (lane, jobs running on it: 0 or 1) whenever a lane starts or ends a job; for the
-  // metrics. Runs on the lane's thread.
+  // Called with (lane, jobs in flight on it: 0 to kSlotsPerLane) whenever a lane starts or ends
+  // a job; for the metrics. Runs on the lane's threads, in the order of the changes.
   using LaneObserver = std::function<void(int lane, int running)>;
 
-  // Starts `lanes` threads, each making its ExecEnv on itself; fails if the backend cannot.
-  // After each job a thread polls the queue for `poll` before it sleeps on the condition
-  // variable: a request that arrives within that window starts without a futex wake-up, at the
-  // cost of a core yielding in a loop while requests keep coming. `max_queue` bounds the jobs
-  // waiting and running on all lanes together.
+  // Starts `lanes` lanes, each making its contexts on its launch thread; fails if the backend
+  // cannot. After each job a launch thread polls the queue for `poll` before it sleeps on the
+  // condition variable: a request that arrives within that window starts without a futex
+  // wake-up, at the cost of a core yielding in a loop while requests keep coming. `max_queue`
+  // bounds the jobs waiting and in flight on all lanes together.
   static absl::StatusOr<std::unique_ptr<DeviceWorker>> Start(
       Backend& backend, int lanes, int max_queue,
       std::chrono::microseconds poll = std::chrono::microseconds(2000),
       LaneObserver observer = nullptr);
   ~DeviceWorker();
 
-  // Queues a job. RESOURCE_EXHAUSTED when `max_queue` jobs are already waiting or running;
+  // Queues a job. RESOURCE_EXHAUSTED when `max_queue` jobs are already waiting or in flight;
   // UNAVAILABLE after Shutdown began.
+  absl::Status SubmitAsync(AsyncJob job);
   absl::Status Submit(Job job);
   // Runs every job already queued, then stops the threads.
   void Shutdown();
   int depth() const;
-  int lanes() const { return static_cast<int>(threads_.size()); }
+  int lanes() const { return static_cast<int>(lanes_.size()); }
 
  private:
+  struct Lane;
   DeviceWorker(Backend& backend, int max_queue, std::chrono::microseconds poll,
-               LaneObserver observer)
-      : backend_(backend), max_queue_(max_queue), poll_(poll), observer_(std::move(observer)) {}
-  void Loop(int lane, std::promise<absl::Status>* started);
+               LaneObserver observer);
+  bool TakeJob(AsyncJob* job);
+  void LaunchLoop(Lane& lane, std::promise<absl::Status>* started);
+  void CompletionLoop(Lane& lane);
 
   Backend& backend_;
   const int max_queue_;
@@ -66,13 +80,13 @@ class DeviceWorker {
   const LaneObserver observer_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Job> jobs_;
+  std::deque<AsyncJob> jobs_;
   std::atomic<int> queued_{0};  // jobs_.size(), readable without mu_
-  int running_ = 0;  // on all lanes
+  int running_ = 0;  // jobs taken and not yet finished, on all lanes
   // Written under mu_ (so Submit and the wait see it in order with the queue); atomic so that the
   // poll loop, which holds no lock, ends at once when Shutdown begins.
   std::atomic<bool> stopping_{false};
-  std::vector<std::thread> threads_;  // one per lane
+  std::vector<std::unique_ptr<Lane>> lanes_;
 };
 
 }  // namespace opserve

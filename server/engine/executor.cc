@@ -15,6 +15,10 @@ double MicrosSince(Clock::time_point t) {
   return std::chrono::duration<double, std::micro>(Clock::now() - t).count();
 }
 
+// Graphs of this many nodes or more run as one CUDA graph where the device keeps a graph cache:
+// a single node is one launch already.
+constexpr int kMinGraphNodes = 2;
+
 bool HasEmptyInput(const PlanNode& n) {
   for (const TensorMeta& m : n.input_meta) {
     if (m.NumElements() == 0) return true;
@@ -24,12 +28,14 @@ bool HasEmptyInput(const PlanNode& n) {
 
 }  // namespace
 
-absl::Status ExecutePlan(const Plan& plan, Backend& backend, ExecEnv& env, TensorStore& store,
-                         Metrics* metrics, const ExecuteOptions& options, ExecuteResult* result) {
+absl::Status LaunchPlan(const Plan& plan, ExecEnv& env, Metrics* metrics,
+                        const ExecuteOptions& options, LaunchState* launch,
+                        ExecuteResult* result) {
   env.BeginRequest();
   // Inputs: upload each inline tensor that a node reads, once.
   auto t_input = Clock::now();
-  std::vector<BufferPtr> inline_buffers(plan.inlines.size());
+  std::vector<BufferPtr>& inline_buffers = launch->inline_buffers;
+  inline_buffers.assign(plan.inlines.size(), nullptr);
   for (const PlanNode& n : plan.nodes) {
     for (const PlanInput& in : n.inputs) {
       if (in.source != PlanInput::Source::kInline || inline_buffers[in.index]) continue;
@@ -49,40 +55,22 @@ absl::Status ExecutePlan(const Plan& plan, Backend& backend, ExecEnv& env, Tenso
   }
   result->input_us = MicrosSince(t_input);
 
-  // Compute: every node in order; an intermediate's buffer goes back after its last reader.
-  auto t_compute = Clock::now();
+  launch->compute_start = Clock::now();
   const int num_nodes = static_cast<int>(plan.nodes.size());
-  std::vector<BufferPtr> outputs(num_nodes);
-  std::vector<bool> skipped(num_nodes, false);  // empty inputs: no kernel ran
-  std::vector<const void*> ptrs;
-  for (int i = 0; i < num_nodes; ++i) {
+  std::vector<BufferPtr>& outputs = launch->outputs;
+  outputs.assign(num_nodes, nullptr);
+  std::vector<bool>& skipped = launch->skipped;
+  skipped.assign(num_nodes, false);
+  for (int i = 0; i < num_nodes; ++i) skipped[i] = HasEmptyInput(plan.nodes[i]);
+  auto at = [&](int i, const absl::Status& s) {
     const PlanNode& n = plan.nodes[i];
-    auto at = [&](const absl::Status& s) {
-      return absl::Status(s.code(), absl::StrCat("node '", n.id, "' (", std::string(n.op->name), "/",
-                                                 std::string(n.algo->name), "): ", s.message()));
-    };
-    // Keep at most the running node and this one on the device: a request abandoned below
-    // (deadline, cancellation) then waits for no more than that before its buffers go back.
-    if (i >= 2) {
-      if (auto s = env.WaitNode(i - 2); !s.ok()) {
-        (void)env.Finish(i);
-        return at(s);
-      }
-    }
-    if (options.check_alive) {
-      if (auto s = options.check_alive(); !s.ok()) {
-        (void)env.Finish(i);  // drain the device before buffers go back
-        return at(s);
-      }
-    }
-    auto out = env.Allocate(n.output.Bytes());
-    if (!out.ok()) {
-      // Drain first: the nodes already queued read stored tensors this request holds, and a
-      // tensor deleted meanwhile goes back to the pool when the request lets go of it.
-      (void)env.Finish(i);
-      return at(out.status());
-    }
-    outputs[i] = *std::move(out);
+    return absl::Status(s.code(), absl::StrCat("node '", n.id, "' (", std::string(n.op->name), "/",
+                                               std::string(n.algo->name), "): ", s.message()));
+  };
+  // Queues node i between its timing marks, on the buffers allocated for it.
+  std::vector<const void*> ptrs;
+  auto launch_node = [&](int i) -> absl::Status {
+    const PlanNode& n = plan.nodes[i];
     ptrs.clear();
     for (const PlanInput& in : n.inputs) {
       switch (in.source) {
@@ -94,12 +82,10 @@ absl::Status ExecutePlan(const Plan& plan, Backend& backend, ExecEnv& env, Tenso
     // Every node is marked, a skipped one too: Finish and WaitNode read each node's marks.
     absl::Status s;
     env.MarkStart(i);
-    if (HasEmptyInput(n)) {
+    if (skipped[i]) {
       // No kernel runs on zero elements: the output (zeros, or NaNs for a mean) is filled, and the
       // node reports the algorithm that would have run with a kernel time of 0.
-      skipped[i] = true;
-      s = env.Fill(*outputs[i], n.op->empty_fill == EmptyFill::kNaN ? 0xFF : 0,
-                        n.output.Bytes());
+      s = env.Fill(*outputs[i], n.op->empty_fill == EmptyFill::kNaN ? 0xFF : 0, n.output.Bytes());
     } else {
       KernelArgs args{ptrs, n.input_meta, outputs[i]->data(), n.output, n.attrs, env};
       s = n.algo->run(args);
@@ -112,14 +98,89 @@ absl::Status ExecutePlan(const Plan& plan, Backend& backend, ExecEnv& env, Tenso
 #endif
     }
     env.MarkEnd(i);
-    if (!s.ok()) {
-      (void)env.Finish(i + 1);  // drain the device before buffers go back
-      return at(s);
+    return s;
+  };
+
+  if (num_nodes >= kMinGraphNodes) {
+    // As one CUDA graph where the device has a graph cache. Every output is allocated first:
+    // allocations are not captured, and the graph's intermediates live until the request ends.
+    for (int i = 0; i < num_nodes; ++i) {
+      auto out = env.Allocate(plan.nodes[i].output.Bytes());
+      if (!out.ok()) {
+        (void)env.Finish(0);
+        return at(i, out.status());
+      }
+      outputs[i] = *std::move(out);
     }
-    for (const PlanInput& in : n.inputs) {
-      if (in.source != PlanInput::Source::kNode) continue;
-      const PlanNode& src = plan.nodes[in.index];
-      if (src.last_use == i && !src.returned && src.store_as.empty()) outputs[in.index].reset();
+    if (options.check_alive) {
+      if (auto s = options.check_alive(); !s.ok()) {
+        (void)env.Finish(0);
+        return s;
+      }
+    }
+    std::vector<const void*> bindings;
+    for (int i = 0; i < num_nodes; ++i) {
+      for (const PlanInput& in : plan.nodes[i].inputs) {
+        if (in.source == PlanInput::Source::kStored) bindings.push_back(in.stored->buffer->data());
+        if (in.source == PlanInput::Source::kInline) bindings.push_back(inline_buffers[in.index]->data());
+      }
+      bindings.push_back(outputs[i]->data());
+    }
+    int failed = -1;
+    auto replay = env.LaunchAsGraph(plan.signature, bindings, [&]() -> absl::Status {
+      for (int i = 0; i < num_nodes; ++i) {
+        if (absl::Status s = launch_node(i); !s.ok()) {
+          failed = i;
+          return s;
+        }
+      }
+      return absl::OkStatus();
+    });
+    if (!replay.ok()) {
+      (void)env.Finish(num_nodes);  // drain the device before buffers go back
+      return failed >= 0 ? at(failed, replay.status()) : replay.status();
+    }
+    result->replay = *replay;
+    if (metrics != nullptr) {
+      metrics->RecordGraph(*replay == GraphReplay::kReplayed   ? "hit"
+                           : *replay == GraphReplay::kCaptured ? "miss"
+                                                                : "direct");
+    }
+  } else {
+    // Node by node; an intermediate's buffer goes back after its last reader.
+    for (int i = 0; i < num_nodes; ++i) {
+      const PlanNode& n = plan.nodes[i];
+      // Keep at most the running node and this one on the device: a request abandoned below
+      // (deadline, cancellation) then waits for no more than that before its buffers go back.
+      if (i >= 2) {
+        if (auto s = env.WaitNode(i - 2); !s.ok()) {
+          (void)env.Finish(i);
+          return at(i, s);
+        }
+      }
+      if (options.check_alive) {
+        if (auto s = options.check_alive(); !s.ok()) {
+          (void)env.Finish(i);  // drain the device before buffers go back
+          return at(i, s);
+        }
+      }
+      auto out = env.Allocate(n.output.Bytes());
+      if (!out.ok()) {
+        // Drain first: the nodes already queued read stored tensors this request holds, and a
+        // tensor deleted meanwhile goes back to the pool when the request lets go of it.
+        (void)env.Finish(i);
+        return at(i, out.status());
+      }
+      outputs[i] = *std::move(out);
+      if (absl::Status s = launch_node(i); !s.ok()) {
+        (void)env.Finish(i + 1);  // drain the device before buffers go back
+        return at(i, s);
+      }
+      for (const PlanInput& in : n.inputs) {
+        if (in.source != PlanInput::Source::kNode) continue;
+        const PlanNode& src = plan.nodes[in.index];
+        if (src.last_use == i && !src.returned && src.store_as.empty()) outputs[in.index].reset();
+      }
     }
   }
   // A request abandoned during its last node stages and stores nothing.
@@ -129,8 +190,9 @@ absl::Status ExecutePlan(const Plan& plan, Backend& backend, ExecEnv& env, Tenso
       return s;
     }
   }
-  // Returned outputs go to host memory in stream order: the one wait below covers them.
-  std::vector<const void*> staged(num_nodes, nullptr);
+  // Returned outputs go to host memory in stream order: the one wait covers them.
+  std::vector<const void*>& staged = launch->staged;
+  staged.assign(num_nodes, nullptr);
   for (int i = 0; i < num_nodes; ++i) {
     if (!plan.nodes[i].returned) continue;
     auto p = env.StageOut(*outputs[i], plan.nodes[i].output.Bytes());
@@ -140,6 +202,20 @@ absl::Status ExecutePlan(const Plan& plan, Backend& backend, ExecEnv& env, Tenso
     }
     staged[i] = *p;
   }
+  if (absl::Status s = env.Launched(); !s.ok()) {
+    (void)env.Finish(num_nodes);
+    return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CompletePlan(const Plan& plan, Backend& backend, ExecEnv& env, TensorStore& store,
+                          Metrics* metrics, const ExecuteOptions& options, LaunchState& launch,
+                          ExecuteResult* result) {
+  const int num_nodes = static_cast<int>(plan.nodes.size());
+  std::vector<BufferPtr>& outputs = launch.outputs;
+  const std::vector<bool>& skipped = launch.skipped;
+  const std::vector<const void*>& staged = launch.staged;
   auto seconds = env.Finish(num_nodes);
   if (!seconds.ok()) {
     // Kernels run asynchronously: a device error surfaces here, after all launches.
@@ -148,7 +224,7 @@ absl::Status ExecutePlan(const Plan& plan, Backend& backend, ExecEnv& env, Tenso
     return absl::Status(seconds.status().code(), absl::StrCat("device error while running node(s) ", ids,
                                                               ": ", seconds.status().message()));
   }
-  result->compute_us = MicrosSince(t_compute);
+  result->compute_us = MicrosSince(launch.compute_start);
 
   for (int i = 0; i < num_nodes; ++i) {
     const PlanNode& n = plan.nodes[i];
@@ -196,6 +272,13 @@ absl::Status ExecutePlan(const Plan& plan, Backend& backend, ExecEnv& env, Tenso
   result->output_us = MicrosSince(t_output);
   result->device = backend.device();
   return absl::OkStatus();
+}
+
+absl::Status ExecutePlan(const Plan& plan, Backend& backend, ExecEnv& env, TensorStore& store,
+                         Metrics* metrics, const ExecuteOptions& options, ExecuteResult* result) {
+  LaunchState launch;
+  RETURN_IF_ERROR(LaunchPlan(plan, env, metrics, options, &launch, result));
+  return CompletePlan(plan, backend, env, store, metrics, options, launch, result);
 }
 
 }  // namespace opserve

@@ -78,6 +78,7 @@ struct ExecuteResult {
   std::vector<StoredTensorPtr> stored;  // committed to the store, all or none
   double input_us = 0, compute_us = 0, output_us = 0;
   std::string device;  // where it ran: "cpu", "cuda:0"
+  GraphReplay replay = GraphReplay::kNotUsed;
 };
 
 }  // namespace opserve

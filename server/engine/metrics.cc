@@ -39,6 +39,7 @@ namespace {
 constexpr std::array<std::string_view, 6> kRpcs = {"PutTensor",   "GetTensor", "DeleteTensor",
                                                    "ListTensors", "Execute",   "ListOps"};
 constexpr std::array<std::string_view, 2> kDirections = {"upload", "download"};
+constexpr std::array<std::string_view, 3> kGraphResults = {"hit", "miss", "direct"};
 
 // Labels come from the server's fixed tables, but a bug there must not turn into unbounded
 // cardinality: past these limits new values are folded into kOverflowLabel.
@@ -151,8 +152,9 @@ struct Metrics::Impl {
   prometheus::Gauge* memory_total = nullptr;
   prometheus::Gauge* tensors = nullptr;
   prometheus::Gauge* inflight = nullptr;
-  prometheus::Family<prometheus::Gauge>* lane_busy = nullptr;
+  prometheus::Family<prometheus::Gauge>* lane_inflight = nullptr;
   std::vector<prometheus::Gauge*> lanes;  // written once by InitLanes, before the lanes start
+  prometheus::Counter* graph_results[3] = {};  // kGraphResults, in order
 
   // Caches of lazily made children. The pointers stay valid: families never drop children.
   std::mutex mu;
@@ -224,11 +226,20 @@ void Metrics::Impl::Build(const std::string& backend) {
                   .Help("RPCs being handled now.")
                   .Register(*registry)
                   .Add({});
-  lane_busy = &prometheus::BuildGauge()
-                   .Name("opserve_lane_busy")
-                   .Help("Requests running on a device lane now (0 or 1); averaged over time, "
-                         "the lane's busy fraction.")
-                   .Register(*registry);
+  lane_inflight = &prometheus::BuildGauge()
+                       .Name("opserve_lane_inflight")
+                       .Help("Requests in flight on a device lane now: 0, 1, or 2 while one is "
+                             "launched behind the one the device runs.")
+                       .Register(*registry);
+  auto& graphs = prometheus::BuildCounter()
+                     .Name("opserve_graph_replays_total")
+                     .Help("Execute requests of two or more nodes by how their kernels ran: "
+                           "hit (a cached CUDA graph replayed), miss (captured now), direct "
+                           "(node by node: no cache, or kernels a graph cannot capture).")
+                     .Register(*registry);
+  for (int i = 0; i < 3; ++i) {
+    graph_results[i] = &graphs.Add({{"device", device}, {"result", std::string(kGraphResults[i])}});
+  }
   prometheus::BuildGauge()
       .Name("opserve_build_info")
       .Help("Always 1; the labels tell the version and the backend.")
@@ -394,11 +405,17 @@ void Metrics::SetTensors(int64_t count) { impl_->tensors->Set(static_cast<double
 void Metrics::InitLanes(int lanes) {
   for (int lane = static_cast<int>(impl_->lanes.size()); lane < lanes; ++lane) {
     impl_->lanes.push_back(
-        &impl_->lane_busy->Add({{"device", impl_->device}, {"lane", std::to_string(lane)}}));
+        &impl_->lane_inflight->Add({{"device", impl_->device}, {"lane", std::to_string(lane)}}));
   }
 }
 
-void Metrics::SetLaneBusy(int lane, int running) {
+void Metrics::RecordGraph(std::string_view result) {
+  for (int i = 0; i < 3; ++i) {
+    if (kGraphResults[i] == result) impl_->graph_results[i]->Increment();
+  }
+}
+
+void Metrics::SetLaneInflight(int lane, int running) {
   if (lane >= 0 && lane < static_cast<int>(impl_->lanes.size())) {
     impl_->lanes[lane]->Set(running);
   }

@@ -39,10 +39,13 @@ class Metrics {
   void SetMemory(uint64_t used, uint64_t budget, uint64_t total);
   void SetTensors(int64_t count);
   void AddInflight(int64_t delta);
-  // Makes the lane series exist at 0 for lanes 0 .. lanes - 1 (call once, before SetLaneBusy).
+  // Makes the lane series exist at 0 for lanes 0 .. lanes - 1 (call once, before
+  // SetLaneInflight).
   void InitLanes(int lanes);
-  // Jobs running on `lane` now (0 or 1): its average over time is the lane's busy fraction.
-  void SetLaneBusy(int lane, int running);
+  // Jobs in flight on `lane` now (0 to DeviceWorker::kSlotsPerLane).
+  void SetLaneInflight(int lane, int running);
+  // How a request of two or more nodes ran: "hit", "miss" or "direct" (opserve_graph_replays_total).
+  void RecordGraph(std::string_view result);
 
   // The text exposition of everything registered (for tests and the CLI).
   std::string Scrape() const;

@@ -2,6 +2,8 @@
 
 #include <map>
 #include <queue>
+#include <type_traits>
+#include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -59,6 +61,38 @@ absl::StatusOr<TensorMeta> CheckedMeta(int dtype, std::span<const int64_t> shape
   meta.shape.assign(shape.begin(), shape.end());
   RETURN_IF_ERROR(CheckMeta(meta, max_bytes, what));
   return meta;
+}
+
+// See Plan::signature. Attribute values and names are length-prefixed, so no two different
+// plans share a signature however their strings are chosen.
+std::string PlanSignature(const Plan& plan) {
+  std::string sig;
+  auto add_string = [&](absl::string_view v) { absl::StrAppend(&sig, v.size(), ":", v); };
+  for (const PlanNode& n : plan.nodes) {
+    add_string(n.op->name);
+    add_string(n.algo->name);
+    for (const auto& [name, value] : n.attrs) {
+      add_string(name);
+      std::visit([&](const auto& v) {
+        using V = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<V, std::string>) {
+          add_string(v);
+        } else if constexpr (std::is_same_v<V, bool>) {
+          sig += v ? "b1;" : "b0;";
+        } else {
+          absl::StrAppend(&sig, "v", v, ";");
+        }
+      }, value);
+    }
+    for (size_t j = 0; j < n.inputs.size(); ++j) {
+      const PlanInput& in = n.inputs[j];
+      absl::StrAppend(&sig, "<", static_cast<int>(in.source), ".",
+                      in.source == PlanInput::Source::kNode ? in.index : -1, ".",
+                      static_cast<int>(n.input_meta[j].dtype), ShapeString(n.input_meta[j].shape));
+    }
+    sig += "|";
+  }
+  return sig;
 }
 
 absl::StatusOr<Plan> BuildPlan(const Graph& graph, const Backend& backend,
@@ -255,6 +289,7 @@ absl::StatusOr<Plan> BuildPlan(const Graph& graph, const Backend& backend,
         " bytes, which with the response's framing exceeds the limit of ", limits.max_message_bytes,
         " bytes (--max_message_bytes); store them and use GetTensor"));
   }
+  plan.signature = PlanSignature(plan);
   return plan;
 }
 

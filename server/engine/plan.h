@@ -57,6 +57,10 @@ struct Plan {
   std::vector<PlanNode> nodes;  // in topological order
   std::vector<PlanInline> inlines;
   std::string tenant;  // where stored inputs and outputs live (TensorStore)
+  // What decides the device work, and nothing else: each node's op, algorithm, attributes, input
+  // dtypes and shapes, and where its inputs come from. Plans with equal signatures queue the
+  // same kernels on different tensors: the key of the CUDA-graph cache.
+  std::string signature;
 };
 
 absl::StatusOr<Plan> BuildPlan(const Graph& graph, const Backend& backend,

@@ -89,6 +89,11 @@ void ResultToProto(ExecuteResult result, v1::ExecuteResponse* response) {
   timing->set_compute_us(result.compute_us);
   timing->set_output_us(result.output_us);
   response->set_device(std::move(result.device));
+  switch (result.replay) {
+    case GraphReplay::kNotUsed: response->set_graph(v1::GRAPH_NOT_USED); break;
+    case GraphReplay::kCaptured: response->set_graph(v1::GRAPH_CAPTURED); break;
+    case GraphReplay::kReplayed: response->set_graph(v1::GRAPH_REPLAYED); break;
+  }
 }
 
 void TensorInfoToProto(const StoredTensor& tensor, const std::string& device,

@@ -1,8 +1,9 @@
 // Execute, one call from edge to edge. The steps are the methods of ExecuteCall, in the order
 // they run:
 //   Start    (gRPC thread)  authenticate, convert the request, plan it, queue it on the device
-//   OnDevice (device worker) run the plan: inputs in, kernels, outputs out, commit
-//   Reply    (device worker, once the queue slot is free) convert the result, finish the call
+//   Launch   (a lane's launch thread) queue the plan's work: inputs in, kernels, staging
+//   Complete (the lane's completion thread) wait for that work, outputs out, commit
+//   Reply    (the completion thread, once the queue slot is free) convert the result, finish
 // A failure at any step goes straight to Finish with its status.
 #include <chrono>
 #include <memory>
@@ -46,24 +47,34 @@ class ExecuteCall final : public grpc::ServerUnaryReactor {
                           svc_.options().limits, *tenant);
     if (!plan.ok()) return Finish(plan.status());
     plan_ = std::make_unique<Plan>(*std::move(plan));
-    absl::Status queued = svc_.device().Submit([this](ExecEnv& env) { return OnDevice(env); });
+    absl::Status queued =
+        svc_.device().SubmitAsync([this](ExecEnv& env) { return Launch(env); });
     if (!queued.ok()) Finish(queued);
   }
 
  private:
-  DeviceWorker::Completion OnDevice(ExecEnv& env) {
+  DeviceWorker::Finisher Launch(ExecEnv& env) {
     queue_us_ = MicrosSince(start_);
     if (svc_.metrics() != nullptr) svc_.metrics()->RecordQueue("Execute", queue_us_ * 1e-6);
     absl::Status s = CheckCallAlive(ctx_);
-    if (s.ok()) {
-      const ExecuteOptions options{.check_alive = [ctx = ctx_] { return CheckCallAlive(ctx); },
-                                   .fail_algorithm = svc_.options().fail_algorithm};
-      s = ExecutePlan(*plan_, svc_.backend(), env, svc_.store(), svc_.metrics(), options,
-                      &result_);
-    }
+    if (s.ok()) s = LaunchPlan(*plan_, env, svc_.metrics(), Options(), &launch_, &result_);
+    if (!s.ok()) return [this, s](ExecEnv&) { return Done(s); };
+    return [this](ExecEnv& env) {
+      return Done(CompletePlan(*plan_, svc_.backend(), env, svc_.store(), svc_.metrics(),
+                               Options(), launch_, &result_));
+    };
+  }
+
+  ExecuteOptions Options() const {
+    return {.check_alive = [ctx = ctx_] { return CheckCallAlive(ctx); },
+            .fail_algorithm = svc_.options().fail_algorithm};
+  }
+
+  DeviceWorker::Completion Done(const absl::Status& s) {
     if (!svc_.backend().Healthy().ok()) svc_.ReportUnhealthy();
     // The plan goes now, with the stored inputs and intermediates it holds, so that the gauges
     // Reply reads no longer count them.
+    launch_ = LaunchState();
     plan_.reset();
     return [this, s] { Reply(s); };
   }
@@ -94,6 +105,7 @@ class ExecuteCall final : public grpc::ServerUnaryReactor {
   v1::ExecuteResponse* const resp_;
   const Clock::time_point start_ = Clock::now();
   std::unique_ptr<Plan> plan_;
+  LaunchState launch_;
   ExecuteResult result_;
   double queue_us_ = 0;
 };

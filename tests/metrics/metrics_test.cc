@@ -195,15 +195,33 @@ TEST(MetricsTest, LaneSeriesExistAtZeroAndFollowTheirLane) {
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   (*metrics)->InitLanes(3);
   std::string text = (*metrics)->Scrape();
-  EXPECT_NE(text.find("# TYPE opserve_lane_busy gauge\n"), std::string::npos);
-  EXPECT_EQ(CountSeries(text, "opserve_lane_busy"), 3);
+  EXPECT_NE(text.find("# TYPE opserve_lane_inflight gauge\n"), std::string::npos);
+  EXPECT_EQ(CountSeries(text, "opserve_lane_inflight"), 3);
   const Labels lane1 = {{"device", "cuda:0"}, {"lane", "1"}};
-  EXPECT_EQ(Value(text, "opserve_lane_busy", lane1), 0);
-  (*metrics)->SetLaneBusy(1, 1);
-  (*metrics)->SetLaneBusy(7, 1);  // no such lane: ignored, no new series
+  EXPECT_EQ(Value(text, "opserve_lane_inflight", lane1), 0);
+  (*metrics)->SetLaneInflight(1, 2);
+  (*metrics)->SetLaneInflight(7, 1);  // no such lane: ignored, no new series
   text = (*metrics)->Scrape();
-  EXPECT_EQ(Value(text, "opserve_lane_busy", lane1), 1);
-  EXPECT_EQ(CountSeries(text, "opserve_lane_busy"), 3);
+  EXPECT_EQ(Value(text, "opserve_lane_inflight", lane1), 2);
+  EXPECT_EQ(CountSeries(text, "opserve_lane_inflight"), 3);
+}
+
+TEST(MetricsTest, GraphReplaySeriesExistAtZeroAndCountTheirResult) {
+  auto metrics = Metrics::Create("", "cuda:0", "cuda");
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  std::string text = (*metrics)->Scrape();
+  EXPECT_EQ(CountSeries(text, "opserve_graph_replays_total"), 3);
+  const Labels hit = {{"device", "cuda:0"}, {"result", "hit"}};
+  const Labels miss = {{"device", "cuda:0"}, {"result", "miss"}};
+  EXPECT_EQ(Value(text, "opserve_graph_replays_total", hit), 0);
+  (*metrics)->RecordGraph("hit");
+  (*metrics)->RecordGraph("hit");
+  (*metrics)->RecordGraph("miss");
+  (*metrics)->RecordGraph("bogus");  // not a result: ignored, no new series
+  text = (*metrics)->Scrape();
+  EXPECT_EQ(Value(text, "opserve_graph_replays_total", hit), 2);
+  EXPECT_EQ(Value(text, "opserve_graph_replays_total", miss), 1);
+  EXPECT_EQ(CountSeries(text, "opserve_graph_replays_total"), 3);
 }
 
 TEST(MetricsTest, BadKernelTimeIsDroppedWithoutPoisoningTheCounter) {

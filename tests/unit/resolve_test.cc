@@ -25,7 +25,7 @@ class TableOnlyCuda final : public Backend {
     return absl::UnimplementedError("");
   }
   std::unique_ptr<Uploader> NewUploader(BufferPtr) override { return nullptr; }
-  absl::StatusOr<std::unique_ptr<ExecEnv>> NewExecEnv() override {
+  absl::StatusOr<std::unique_ptr<ExecEnv>> NewExecEnv(ExecEnv*) override {
     return absl::UnimplementedError("");
   }
   MemoryStats Memory() const override { return {}; }
