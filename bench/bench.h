@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "bench/concurrency_bench.h"
+#include "bench/replay_bench.h"
 
 namespace opserve::bench {
 
@@ -67,6 +68,7 @@ struct Report {
   std::vector<Row> rows;
   ServiceFigures service;
   ConcurrencyFigures load;  // the service under concurrent load (concurrency_bench.h)
+  ReplayFigures replay;     // CUDA-graph replay of the demo graph (replay_bench.h)
   std::vector<TargetCheck> targets;
 };
 

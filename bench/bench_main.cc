@@ -32,6 +32,7 @@
 #include "bench/bench.h"
 #include "bench/harness.h"
 #if OPSERVE_BENCH_SERVICE
+#include "bench/replay_bench.h"
 #include "bench/service_bench.h"
 #endif
 
@@ -223,12 +224,20 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     rep.load = RunConcurrencyBench(co);
     PrintConcurrency(rep.load, opt.out_dir.empty() ? "" : opt.out_dir + "/load.csv");
+    if (have_gpu) {
+      ReplayOptions ro;
+      ro.opserve_bin = so.opserve_bin;
+      ro.server_args = so.server_args;
+      rep.replay = RunReplayBench(ro);
+      PrintReplay(rep.replay);
+    }
 #else
     rep.service.error = "built without the client library";
 #endif
   }
   AddTargets(rep);
   AddConcurrencyTargets(rep.load, rep);
+  AddReplayTargets(rep.replay, rep);
   PrintReport(rep);
   // A sweep run writes only its own transpose_sweep.csv.
   if (!opt.out_dir.empty() && !opt.transpose_sweep && !WriteReport(rep, opt.out_dir)) return 1;

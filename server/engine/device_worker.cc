@@ -130,21 +130,19 @@ void DeviceWorker::LaunchLoop(Lane& lane, std::promise<absl::Status>* started) {
   lane.completion_thread = std::thread(&DeviceWorker::CompletionLoop, this, std::ref(lane));
 
   for (;;) {
-    ExecEnv* env = nullptr;
     {
       std::unique_lock<std::mutex> lock(lane.mu);
       lane.slot_freed.wait(lock, [&] { return !lane.free_slots.empty(); });
-      env = lane.free_slots.back();
-      lane.free_slots.pop_back();
     }
     AsyncJob job;
-    if (!TakeJob(&job)) {
-      std::lock_guard<std::mutex> lock(lane.mu);
-      lane.free_slots.push_back(env);
-      break;
-    }
+    if (!TakeJob(&job)) break;
+    // Only this thread takes slots, so one is still free. The one freed last is taken: its
+    // staging is warm and, for back-to-back requests, its graph cache holds their graph.
+    ExecEnv* env = nullptr;
     {
       std::lock_guard<std::mutex> lock(lane.mu);
+      env = lane.free_slots.back();
+      lane.free_slots.pop_back();
       ++lane.in_flight;
       if (observer_) observer_(lane.index, lane.in_flight);
     }

@@ -4,6 +4,7 @@
 // Shutdown runs what was queued.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -117,6 +118,74 @@ TEST(DeviceWorkerTest, ZeroLanesIsRefused) {
   std::unique_ptr<Backend> backend = MakeCpuBackend(0);
   auto worker = DeviceWorker::Start(*backend, /*lanes=*/0, /*max_queue=*/4);
   EXPECT_EQ(worker.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace opserve
+
+namespace opserve {
+namespace {
+
+// A lane launches the next job while the last one's completion waits (here for a latch, on the
+// GPU for the device): the second job's launch half runs before the first job finishes. A third
+// waits for a free context: a lane holds kSlotsPerLane jobs, no more.
+TEST(DeviceWorkerTest, ALaneLaunchesTheNextJobWhileTheLastCompletes) {
+  static_assert(DeviceWorker::kSlotsPerLane == 2, "the test holds both contexts of one lane");
+  std::unique_ptr<Backend> backend = MakeCpuBackend(0);
+  std::mutex mu;
+  std::vector<int> most_in_flight;
+  auto worker = DeviceWorker::Start(*backend, /*lanes=*/1, /*max_queue=*/8,
+                                    std::chrono::microseconds(0), [&](int, int running) {
+                                      std::lock_guard<std::mutex> lock(mu);
+                                      most_in_flight.push_back(running);
+                                    });
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  std::latch second_launched(1), release_first(1);
+  std::atomic<int> third_launched{0};
+  std::set<ExecEnv*> envs;
+  std::vector<int> order;  // job ids in the order their completions ran
+  auto record = [&](ExecEnv& env) {
+    std::lock_guard<std::mutex> lock(mu);
+    envs.insert(&env);
+  };
+  ASSERT_TRUE((*worker)
+                  ->SubmitAsync([&](ExecEnv& env) -> DeviceWorker::Finisher {
+                    record(env);
+                    return [&](ExecEnv&) -> DeviceWorker::Completion {
+                      second_launched.wait();  // the device, still busy with job 1
+                      release_first.wait();
+                      return [&] { std::lock_guard<std::mutex> l(mu); order.push_back(1); };
+                    };
+                  })
+                  .ok());
+  ASSERT_TRUE((*worker)
+                  ->SubmitAsync([&](ExecEnv& env) -> DeviceWorker::Finisher {
+                    record(env);
+                    second_launched.count_down();
+                    return [&](ExecEnv&) -> DeviceWorker::Completion {
+                      return [&] { std::lock_guard<std::mutex> l(mu); order.push_back(2); };
+                    };
+                  })
+                  .ok());
+  ASSERT_TRUE((*worker)
+                  ->SubmitAsync([&](ExecEnv&) -> DeviceWorker::Finisher {
+                    ++third_launched;
+                    return [&](ExecEnv&) -> DeviceWorker::Completion {
+                      return [&] { std::lock_guard<std::mutex> l(mu); order.push_back(3); };
+                    };
+                  })
+                  .ok());
+  second_launched.wait();  // would never return if the lane waited for job 1's completion
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(third_launched.load(), 0) << "a third job launched while both contexts were held";
+  EXPECT_EQ((*worker)->depth(), 3);
+  release_first.count_down();
+  (*worker)->Shutdown();
+  EXPECT_EQ(third_launched.load(), 1);
+  EXPECT_EQ(order, (std::vector<int>{1, 2, 3})) << "completions ran out of launch order";
+  EXPECT_EQ(envs.size(), 2u) << "the two jobs in flight shared a context";
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_NE(std::find(most_in_flight.begin(), most_in_flight.end(), 2), most_in_flight.end());
 }
 
 }  // namespace
