@@ -23,6 +23,7 @@ struct ReplayMode {
   double kernels_p50_us = 0;  // the sum of the nodes' kernel_us, per request
   double total_p50_us = 0;    // the client's latency
   int replayed = 0;           // requests that answered GRAPH_REPLAYED
+  int rebound = 0;            // GRAPH_REBOUND: replayed after an update to new addresses
   int requests = 0;
 };
 

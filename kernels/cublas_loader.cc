@@ -61,6 +61,14 @@ cudaError_t CublasSetWorkspace(void* handle, void* d_workspace, size_t bytes) {
              : cudaErrorUnknown;
 }
 
+cudaError_t CublasSetStream(void* handle, cudaStream_t stream) {
+  const CublasApi* api = Cublas();
+  if (api == nullptr || handle == nullptr) return cudaErrorSharedObjectInitFailed;
+  return api->set_stream(static_cast<cublasHandle_t>(handle), stream) == CUBLAS_STATUS_SUCCESS
+             ? cudaSuccess
+             : cudaErrorUnknown;
+}
+
 void CublasDestroyHandle(void* handle) {
   if (handle != nullptr && Cublas() != nullptr) Cublas()->destroy(static_cast<cublasHandle_t>(handle));
 }

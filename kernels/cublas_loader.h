@@ -31,8 +31,11 @@ void CublasDestroyHandle(void* handle);
 
 // Gives the handle a workspace of its own (device memory the caller owns and keeps alive, stream
 // ordered on the handle's stream; NVIDIA recommends 32 MiB on Hopper) instead of cuBLAS's default
-// pool. Call it after every cublasSetStream, which resets the workspace. The server's handle
-// keeps the default pool; opserve-bench --ops=cublas_handles compares the two (docs/performance/matmul.md).
+// pool. Call it after every cublasSetStream, which resets the workspace. The server's handles
+// have one, so that cuBLAS never allocates inside a CUDA-graph capture; opserve-bench
+// --ops=cublas_handles found it neither faster nor slower (docs/performance/matmul.md).
 cudaError_t CublasSetWorkspace(void* handle, void* d_workspace, size_t bytes);
+// Binds the handle to `stream` (which resets its workspace: set it again after).
+cudaError_t CublasSetStream(void* handle, cudaStream_t stream);
 
 }  // namespace opserve::kernels

@@ -16,6 +16,8 @@
 #include <mutex>
 #include <thread>
 
+#include "absl/debugging/failure_signal_handler.h"
+#include "absl/debugging/symbolize.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -67,6 +69,17 @@ ABSL_FLAG(std::string, test_fail_algorithm, "",
           "(on CUDA with an illegal address: a sticky error, health turns NOT_SERVING)");
 #endif
 
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define OPSERVE_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define OPSERVE_SANITIZED 1
+#endif
+#endif
+#ifndef OPSERVE_SANITIZED
+#define OPSERVE_SANITIZED 0
+#endif
+
 namespace opserve {
 namespace {
 
@@ -106,6 +119,11 @@ void SetUpUsage() {
 
 // The first log line says which backend was chosen and why.
 absl::StatusOr<std::unique_ptr<Backend>> ChooseBackend(const std::string& device, uint64_t budget) {
+  const int graph_cache = absl::GetFlag(FLAGS_graph_cache);
+  if (graph_cache < 0 || graph_cache > kMaxGraphCache) {
+    return absl::InvalidArgumentError(absl::StrCat("--graph_cache must be 0 to ", kMaxGraphCache,
+                                                   ", got ", graph_cache));
+  }
   if (device == "cpu") {
     std::cerr << "opserve: backend cpu (--device=cpu)" << std::endl;
     return MakeCpuBackend(budget);
@@ -114,11 +132,6 @@ absl::StatusOr<std::unique_ptr<Backend>> ChooseBackend(const std::string& device
   if (device.rfind("cuda:", 0) == 0) index = std::atoi(device.c_str() + 5);
   if (device != "auto" && device != "cuda" && device.rfind("cuda:", 0) != 0) {
     return absl::InvalidArgumentError(absl::StrCat("--device must be auto, cpu, cuda or cuda:N, got '", device, "'"));
-  }
-  const int graph_cache = absl::GetFlag(FLAGS_graph_cache);
-  if (graph_cache < 0 || graph_cache > kMaxGraphCache) {
-    return absl::InvalidArgumentError(absl::StrCat("--graph_cache must be 0 to ", kMaxGraphCache,
-                                                   ", got ", graph_cache));
   }
 #if OPSERVE_WITH_CUDA
   absl::Status probe = ProbeCuda(index);
@@ -425,6 +438,12 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &termination, nullptr);
   opserve::SetUpUsage();
   absl::ParseCommandLine(argc, argv);  // --help and the other usage flags print and exit 1 here
+#if !OPSERVE_SANITIZED
+  // A crash prints the signal and a symbolized stack to stderr before the process dies, so the
+  // log says where. Sanitizer builds keep their own, more detailed, handlers.
+  absl::InitializeSymbolizer(argv[0]);
+  absl::InstallFailureSignalHandler(absl::FailureSignalHandlerOptions());
+#endif
   // A gRPC reference this process never gives back, so that exit skips grpc_shutdown: in
   // Debian's gRPC 1.51 it joins an executor thread parked in a ~10 s epoll timeout, and a
   // drained server took that long to exit after "stopped" whenever a client had connected.

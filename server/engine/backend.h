@@ -53,7 +53,9 @@ class MemoryBudget {
 };
 
 // How a request's kernels were queued: node by node, or as a CUDA graph (ExecEnv::LaunchAsGraph).
-enum class GraphReplay { kNotUsed, kCaptured, kReplayed };
+// kRebound: replayed after an update that bound the request's tensors (another address than
+// the graph had), which costs a capture on the host.
+enum class GraphReplay { kNotUsed, kCaptured, kReplayed, kRebound };
 
 // A request's execution context on one device lane: what the kernels see (KernelEnv: stream,
 // cuBLAS handle, scratch) and what the executor drives. A lane's launch thread queues a request's
@@ -91,6 +93,8 @@ class ExecEnv : public KernelEnv {
   // this context's work when a failed request drains) and returns each marked node's seconds.
   // Frees the scratch. A device error here is reported against the request.
   virtual absl::StatusOr<std::vector<double>> Finish(int num_nodes) = 0;
+  // Whether LaunchAsGraph runs graphs here (a CUDA context with a graph cache).
+  virtual bool LaunchesGraphs() const { return false; }
   // Queues the work `launch` queues (the request's nodes, with their timing marks) as one CUDA
   // graph kept under `key`, the request's signature: captured from `launch` the first time,
   // replayed after. `bindings` are every device address the nodes read or write; when they

@@ -325,7 +325,9 @@ class CudaExecEnv final : public ExecEnv {
  public:
   explicit CudaExecEnv(CudaBackend* backend)
       : backend_(backend),
-        graphs_(backend->graph_cache(), [backend](uint64_t bytes) { return backend->Allocate(bytes); }) {}
+        graphs_(
+            backend->graph_cache(), [backend](uint64_t bytes) { return backend->Allocate(bytes); },
+            [this](cudaStream_t s) { return BindBlas(s); }) {}
   ~CudaExecEnv() override {
     if (stream_) cudaStreamSynchronize(stream_);
     graphs_.Clear();  // before the events its graphs record
@@ -348,11 +350,12 @@ class CudaExecEnv final : public ExecEnv {
       if (lane_->blas == nullptr) return absl::InternalError("cuBLAS: no handle (see the log for why)");
       RETURN_IF_ERROR(FromCuda(cudaMalloc(&lane_->blas_workspace, LaneStream::kBlasWorkspaceBytes),
                                "cuBLAS workspace"));
-      RETURN_IF_ERROR(FromCuda(kernels::CublasSetWorkspace(lane_->blas, lane_->blas_workspace,
-                                                           LaneStream::kBlasWorkspaceBytes),
-                               "cublasSetWorkspace"));
+      RETURN_IF_ERROR(BindBlas(lane_->stream));
     }
     stream_ = lane_->stream;
+    if (backend_->graph_cache() > 0) {
+      ASSIGN_OR_RETURN(capture_stream_, backend_->NewLaneStream());
+    }
     RETURN_IF_ERROR(FromCuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "event"));
     // Made now rather than by the first requests: events for a few nodes, and the staging.
     Events(kEventsAtStart - 1);
@@ -361,7 +364,8 @@ class CudaExecEnv final : public ExecEnv {
     return absl::OkStatus();
   }
 
-  void* stream() override { return stream_; }
+  // While a graph is captured, the kernels go to the capture stream (CudaGraphCache::Launch).
+  void* stream() override { return graphs_.capturing() ? capture_stream_ : stream_; }
   void* blas_handle() override { return lane_->blas; }
 
   absl::StatusOr<BufferPtr> Allocate(uint64_t bytes) override {
@@ -399,10 +403,11 @@ class CudaExecEnv final : public ExecEnv {
   }
   void MarkStart(int i) override { Record(Events(i).first); }
   void MarkEnd(int i) override { Record(Events(i).second); }
+  bool LaunchesGraphs() const override { return backend_->graph_cache() > 0; }
   absl::StatusOr<GraphReplay> LaunchAsGraph(const std::string& key,
                                             std::span<const void* const> bindings,
                                             const std::function<absl::Status()>& launch) override {
-    return graphs_.Launch(stream_, key, bindings, launch);
+    return graphs_.Launch(stream_, capture_stream_, key, bindings, launch);
   }
   absl::Status WaitNode(int i) override {
     return backend_->Check(cudaEventSynchronize(Events(i).second), "device");
@@ -452,10 +457,18 @@ class CudaExecEnv final : public ExecEnv {
   // becomes a node of the graph and times the node on every replay.
   void Record(cudaEvent_t e) {
     if (graphs_.capturing()) {
-      cudaEventRecordWithFlags(e, stream_, cudaEventRecordExternal);
+      cudaEventRecordWithFlags(e, capture_stream_, cudaEventRecordExternal);
     } else {
       cudaEventRecord(e, stream_);
     }
+  }
+
+  // The lane's cuBLAS handle on `s`, with its own workspace (which cublasSetStream resets).
+  absl::Status BindBlas(cudaStream_t s) {
+    RETURN_IF_ERROR(FromCuda(kernels::CublasSetStream(lane_->blas, s), "cublasSetStream"));
+    return FromCuda(kernels::CublasSetWorkspace(lane_->blas, lane_->blas_workspace,
+                                                LaneStream::kBlasWorkspaceBytes),
+                    "cublasSetWorkspace");
   }
 
   // Room for `bytes` more in the page-locked area, grown (between requests only) up to
@@ -490,6 +503,7 @@ class CudaExecEnv final : public ExecEnv {
   CudaBackend* backend_;
   std::shared_ptr<LaneStream> lane_;
   cudaStream_t stream_ = nullptr;  // lane_->stream
+  cudaStream_t capture_stream_ = nullptr;  // this context's alone; owned by the backend
   cudaEvent_t done_ = nullptr;     // recorded by Launched(), waited for by Finish()
   bool launched_ = false;
   void* staging_ = nullptr;  // page-locked, for StageOut

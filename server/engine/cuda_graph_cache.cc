@@ -31,10 +31,12 @@ absl::StatusOr<void*> CudaGraphCache::CaptureScratch(uint64_t bytes) {
   return e.scratch[scratch_next_++]->data();
 }
 
-absl::StatusOr<cudaGraph_t> CudaGraphCache::Capture(cudaStream_t stream, Entry& entry,
+absl::StatusOr<cudaGraph_t> CudaGraphCache::Capture(cudaStream_t stream, cudaStream_t lane_stream,
+                                                   Entry& entry,
                                                    const std::function<absl::Status()>& launch) {
   // Relaxed: the launchers may ask the runtime things (attributes, driver entry points) that
   // the stricter modes refuse while a capture is open, and other lanes keep working meanwhile.
+  RETURN_IF_ERROR(bind_(stream));
   if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed) != cudaSuccess) {
     (void)cudaGetLastError();
     return static_cast<cudaGraph_t>(nullptr);
@@ -44,7 +46,9 @@ absl::StatusOr<cudaGraph_t> CudaGraphCache::Capture(cudaStream_t stream, Entry& 
   const absl::Status launched = launch();
   capturing_ = nullptr;
   cudaGraph_t graph = nullptr;
-  if (cudaStreamEndCapture(stream, &graph) != cudaSuccess || graph == nullptr) {
+  const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+  RETURN_IF_ERROR(bind_(lane_stream));
+  if (ended != cudaSuccess || graph == nullptr) {
     // A call the capture cannot hold (a synchronous copy, a wait) ended it: the launch's own
     // error, if any, came from that and says nothing about the request.
     (void)cudaGetLastError();
@@ -70,7 +74,9 @@ CudaGraphCache::Entry& CudaGraphCache::Insert(Entry entry) {
   return lru_.front();
 }
 
-absl::StatusOr<GraphReplay> CudaGraphCache::Launch(cudaStream_t stream, const std::string& key,
+absl::StatusOr<GraphReplay> CudaGraphCache::Launch(cudaStream_t stream,
+                                                   cudaStream_t capture_stream,
+                                                   const std::string& key,
                                                    std::span<const void* const> bindings,
                                                    const std::function<absl::Status()>& launch) {
   auto run_directly = [&]() -> absl::StatusOr<GraphReplay> {
@@ -82,7 +88,7 @@ absl::StatusOr<GraphReplay> CudaGraphCache::Launch(cudaStream_t stream, const st
   auto it = index_.find(key);
   if (it == index_.end()) {
     Entry fresh{.key = key};
-    ASSIGN_OR_RETURN(cudaGraph_t graph, Capture(stream, fresh, launch));
+    ASSIGN_OR_RETURN(cudaGraph_t graph, Capture(capture_stream, stream, fresh, launch));
     if (graph != nullptr) {
       if (cudaGraphInstantiate(&fresh.exec, graph, 0) != cudaSuccess) {
         (void)cudaGetLastError();
@@ -104,7 +110,7 @@ absl::StatusOr<GraphReplay> CudaGraphCache::Launch(cudaStream_t stream, const st
   if (!std::equal(bindings.begin(), bindings.end(), e.bindings.begin(), e.bindings.end())) {
     // Other tensors: capture again and update the graph in place, which keeps its instance
     // (far cheaper than instantiating) when only kernel arguments changed.
-    ASSIGN_OR_RETURN(cudaGraph_t graph, Capture(stream, e, launch));
+    ASSIGN_OR_RETURN(cudaGraph_t graph, Capture(capture_stream, stream, e, launch));
     if (graph == nullptr) {
       cudaGraphExecDestroy(e.exec);
       e.exec = nullptr;
@@ -123,6 +129,8 @@ absl::StatusOr<GraphReplay> CudaGraphCache::Launch(cudaStream_t stream, const st
     cudaGraphDestroy(graph);
     if (e.exec == nullptr) return run_directly();
     e.bindings.assign(bindings.begin(), bindings.end());
+    RETURN_IF_ERROR(FromCuda(cudaGraphLaunch(e.exec, stream), "graph launch"));
+    return GraphReplay::kRebound;
   }
   RETURN_IF_ERROR(FromCuda(cudaGraphLaunch(e.exec, stream), "graph launch"));
   return GraphReplay::kReplayed;

@@ -24,17 +24,23 @@ class CudaGraphCache {
  public:
   // Scratch the graphs keep: memory from outside any stream (a graph may not allocate).
   using AllocateFn = std::function<absl::StatusOr<BufferPtr>(uint64_t bytes)>;
+  // Points the context's library handles (cuBLAS) at a stream: the capture stream while a
+  // capture is open, the lane's stream after.
+  using BindFn = std::function<absl::Status(cudaStream_t stream)>;
   // `capacity` graphs at most, the least recently used evicted first; 0 disables the cache.
-  CudaGraphCache(int capacity, AllocateFn allocate)
-      : capacity_(capacity), allocate_(std::move(allocate)) {}
+  CudaGraphCache(int capacity, AllocateFn allocate, BindFn bind)
+      : capacity_(capacity), allocate_(std::move(allocate)), bind_(std::move(bind)) {}
   ~CudaGraphCache() { Clear(); }
   // Destroys every graph; none may be on the device.
   void Clear();
   CudaGraphCache(const CudaGraphCache&) = delete;
   CudaGraphCache& operator=(const CudaGraphCache&) = delete;
 
-  // See ExecEnv::LaunchAsGraph.
-  absl::StatusOr<GraphReplay> Launch(cudaStream_t stream, const std::string& key,
+  // See ExecEnv::LaunchAsGraph. Graphs run on `stream`, the lane's. They are captured on
+  // `capture_stream`, which only this context uses: work other threads queue on the lane's stream
+  // meanwhile (the completion thread's stream-ordered frees) must not join the capture.
+  absl::StatusOr<GraphReplay> Launch(cudaStream_t stream, cudaStream_t capture_stream,
+                                     const std::string& key,
                                      std::span<const void* const> bindings,
                                      const std::function<absl::Status()>& launch);
   // True while `launch` is being captured: timing marks become graph nodes, and Scratch comes
@@ -52,12 +58,13 @@ class CudaGraphCache {
     std::vector<BufferPtr> scratch;
   };
   // Captures `launch` into a graph; nullptr with OK when the kernels cannot be captured.
-  absl::StatusOr<cudaGraph_t> Capture(cudaStream_t stream, Entry& entry,
+  absl::StatusOr<cudaGraph_t> Capture(cudaStream_t stream, cudaStream_t lane_stream, Entry& entry,
                                       const std::function<absl::Status()>& launch);
   Entry& Insert(Entry entry);
 
   const int capacity_;
   const AllocateFn allocate_;
+  const BindFn bind_;
   std::list<Entry> lru_;  // most recently used first
   std::unordered_map<std::string, std::list<Entry>::iterator> index_;
   Entry* capturing_ = nullptr;

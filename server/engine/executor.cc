@@ -101,17 +101,25 @@ absl::Status LaunchPlan(const Plan& plan, ExecEnv& env, Metrics* metrics,
     return s;
   };
 
-  if (num_nodes >= kMinGraphNodes) {
-    // As one CUDA graph where the device has a graph cache. Every output is allocated first:
-    // allocations are not captured, and the graph's intermediates live until the request ends.
-    for (int i = 0; i < num_nodes; ++i) {
-      auto out = env.Allocate(plan.nodes[i].output.Bytes());
-      if (!out.ok()) {
-        (void)env.Finish(0);
-        return at(i, out.status());
+  // As one CUDA graph where the device has a graph cache. Every output is allocated first:
+  // allocations are not captured, and the graph's intermediates live until the request ends.
+  // When they do not fit the budget together, the graph runs node by node instead, where each
+  // intermediate goes back after its last reader.
+  bool as_graph = num_nodes >= kMinGraphNodes && env.LaunchesGraphs();
+  for (int i = 0; as_graph && i < num_nodes; ++i) {
+    auto out = env.Allocate(plan.nodes[i].output.Bytes());
+    if (!out.ok()) {
+      outputs.assign(num_nodes, nullptr);  // unused: back in stream order at once
+      if (out.status().code() == absl::StatusCode::kResourceExhausted) {
+        as_graph = false;
+        break;
       }
-      outputs[i] = *std::move(out);
+      (void)env.Finish(0);
+      return at(i, out.status());
     }
+    outputs[i] = *std::move(out);
+  }
+  if (as_graph) {
     if (options.check_alive) {
       if (auto s = options.check_alive(); !s.ok()) {
         (void)env.Finish(0);
@@ -143,10 +151,14 @@ absl::Status LaunchPlan(const Plan& plan, ExecEnv& env, Metrics* metrics,
     result->replay = *replay;
     if (metrics != nullptr) {
       metrics->RecordGraph(*replay == GraphReplay::kReplayed   ? "hit"
+                           : *replay == GraphReplay::kRebound  ? "rebound"
                            : *replay == GraphReplay::kCaptured ? "miss"
                                                                 : "direct");
     }
   } else {
+    if (metrics != nullptr && num_nodes >= kMinGraphNodes && env.LaunchesGraphs()) {
+      metrics->RecordGraph("direct");
+    }
     // Node by node; an intermediate's buffer goes back after its last reader.
     for (int i = 0; i < num_nodes; ++i) {
       const PlanNode& n = plan.nodes[i];

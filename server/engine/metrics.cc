@@ -39,7 +39,7 @@ namespace {
 constexpr std::array<std::string_view, 6> kRpcs = {"PutTensor",   "GetTensor", "DeleteTensor",
                                                    "ListTensors", "Execute",   "ListOps"};
 constexpr std::array<std::string_view, 2> kDirections = {"upload", "download"};
-constexpr std::array<std::string_view, 3> kGraphResults = {"hit", "miss", "direct"};
+constexpr std::array<std::string_view, 4> kGraphResults = {"hit", "rebound", "miss", "direct"};
 
 // Labels come from the server's fixed tables, but a bug there must not turn into unbounded
 // cardinality: past these limits new values are folded into kOverflowLabel.
@@ -154,7 +154,7 @@ struct Metrics::Impl {
   prometheus::Gauge* inflight = nullptr;
   prometheus::Family<prometheus::Gauge>* lane_inflight = nullptr;
   std::vector<prometheus::Gauge*> lanes;  // written once by InitLanes, before the lanes start
-  prometheus::Counter* graph_results[3] = {};  // kGraphResults, in order
+  prometheus::Counter* graph_results[kGraphResults.size()] = {};
 
   // Caches of lazily made children. The pointers stay valid: families never drop children.
   std::mutex mu;
@@ -234,10 +234,11 @@ void Metrics::Impl::Build(const std::string& backend) {
   auto& graphs = prometheus::BuildCounter()
                      .Name("opserve_graph_replays_total")
                      .Help("Execute requests of two or more nodes by how their kernels ran: "
-                           "hit (a cached CUDA graph replayed), miss (captured now), direct "
-                           "(node by node: no cache, or kernels a graph cannot capture).")
+                           "hit (a cached CUDA graph replayed), rebound (replayed after an update "
+                           "to the request's tensors), miss (captured now), direct (node by node: "
+                           "kernels a graph cannot capture, or intermediates over the budget).")
                      .Register(*registry);
-  for (int i = 0; i < 3; ++i) {
+  for (size_t i = 0; i < kGraphResults.size(); ++i) {
     graph_results[i] = &graphs.Add({{"device", device}, {"result", std::string(kGraphResults[i])}});
   }
   prometheus::BuildGauge()
@@ -410,7 +411,7 @@ void Metrics::InitLanes(int lanes) {
 }
 
 void Metrics::RecordGraph(std::string_view result) {
-  for (int i = 0; i < 3; ++i) {
+  for (size_t i = 0; i < kGraphResults.size(); ++i) {
     if (kGraphResults[i] == result) impl_->graph_results[i]->Increment();
   }
 }

@@ -44,7 +44,8 @@ class Metrics {
   void InitLanes(int lanes);
   // Jobs in flight on `lane` now (0 to DeviceWorker::kSlotsPerLane).
   void SetLaneInflight(int lane, int running);
-  // How a request of two or more nodes ran: "hit", "miss" or "direct" (opserve_graph_replays_total).
+  // How a request of two or more nodes ran: "hit", "rebound", "miss" or "direct"
+  // (opserve_graph_replays_total).
   void RecordGraph(std::string_view result);
 
   // The text exposition of everything registered (for tests and the CLI).

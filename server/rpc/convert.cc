@@ -93,6 +93,7 @@ void ResultToProto(ExecuteResult result, v1::ExecuteResponse* response) {
     case GraphReplay::kNotUsed: response->set_graph(v1::GRAPH_NOT_USED); break;
     case GraphReplay::kCaptured: response->set_graph(v1::GRAPH_CAPTURED); break;
     case GraphReplay::kReplayed: response->set_graph(v1::GRAPH_REPLAYED); break;
+    case GraphReplay::kRebound: response->set_graph(v1::GRAPH_REBOUND); break;
   }
 }
 

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 #include "server/engine/cpu_backend.h"
+#include "server/engine/device_worker.h"
 #include "server/ops/op.h"
 #include "tests/e2e/e2e_fixture.h"
 
@@ -427,34 +428,41 @@ TEST_F(OneLaneContractTest, CancelMidGraphStoresNothingAndFreesTheDevice) {
   EXPECT_TRUE(SameStore(before, Snapshot(client())));
 }
 
-// A request whose deadline passes while it waits for the device (behind a long node) is never
-// started: nothing of it is stored, and the device is free once the long node is done.
+// A request whose deadline passes while it waits for the device (behind long nodes that hold
+// every context of the lane: one running, the others launched behind it) is never started:
+// nothing of it is stored, and the device is free once the long nodes are done.
 TEST_F(OneLaneContractTest, DeadlinePassedInTheQueueRunsNothing) {
   absl::StatusOr<SlowNode> slow = PrepareSlowNode(client(), 0.3, rng_);
   ASSERT_TRUE(slow.ok()) << slow.status();
   const StoreSnapshot before = Snapshot(client());
-  // The long node goes first; then one whose deadline ends while it waits behind it.
-  std::atomic<bool> sent{false};
-  std::thread first([&] {
-    sent = true;
-    EXPECT_TRUE(client().Execute(SlowChain(*slow, 1, "BUSY")).ok());
-  });
-  while (!sent) std::this_thread::yield();
+  // The long nodes go first; then one whose deadline ends while it waits behind them.
+  std::atomic<int> sent{0};
+  std::vector<std::thread> busy;
+  for (int i = 0; i < DeviceWorker::kSlotsPerLane; ++i) {
+    busy.emplace_back([&, i] {
+      ++sent;
+      EXPECT_TRUE(client().Execute(SlowChain(*slow, 1, "BUSY" + std::to_string(i))).ok());
+    });
+  }
+  while (sent.load() < DeviceWorker::kSlotsPerLane) std::this_thread::yield();
   std::this_thread::sleep_for(std::chrono::duration<double>(0.2 * slow->seconds));
   const absl::Status s = client()
                              .Execute(SlowChain(*slow, 1, "OUT"),
                                       {.timeout = absl::Seconds(0.3 * slow->seconds)})
                              .status();
   EXPECT_TRUE(StatusIs(s, Code::kDeadlineExceeded)) << s;
-  first.join();
-  // Had the expired request run after the first, this one would wait for its whole node.
+  for (std::thread& t : busy) t.join();
+  // Had the expired request run after the others, this one would wait for its whole node.
   const double next_s = SecondsOfASmallRequest(client());
   std::cout << "[ QUEUED   ] node " << slow->seconds << " s; after it, a request took " << next_s
             << " s" << std::endl;
   EXPECT_LT(next_s, 0.5 * slow->seconds + 0.3) << "the expired request ran after all";
   EXPECT_FALSE(IsStored(client(), "OUT")) << "the expired request stored its output";
-  ASSERT_TRUE(IsStored(client(), "BUSY"));
-  ASSERT_TRUE(client().DeleteTensor("BUSY").ok());
+  for (int i = 0; i < DeviceWorker::kSlotsPerLane; ++i) {
+    const std::string name = "BUSY" + std::to_string(i);
+    ASSERT_TRUE(IsStored(client(), name));
+    ASSERT_TRUE(client().DeleteTensor(name).ok());
+  }
   EXPECT_TRUE(SameStore(before, Snapshot(client())));
 }
 

@@ -102,7 +102,7 @@ TEST(HelpTest, HelpfullListsEveryFlag) {
 TEST(HelpTest, UnusableLimitsAreRefusedAtStartUp) {
   for (const char* flag : {"--max_inflight=0", "--max_graph_nodes=0", "--max_message_bytes=0",
                            "--shutdown_grace_seconds=-1", "--lanes=-1", "--lanes=65",
-                           "--lanes=4 --max_inflight=2"}) {
+                           "--lanes=4 --max_inflight=2", "--graph_cache=-1", "--graph_cache=1025"}) {
     SCOPED_TRACE(flag);
     const CommandOutput run =
         RunOpserve(std::string("--device=cpu --host=127.0.0.1 --port=0 --metrics_port=-1 ") + flag);

@@ -107,9 +107,14 @@ TEST_F(GpuReplayTest, ReplayGivesTheBitsOfNodeByNodeWithEachRequestsTensors) {
   run_all(&replayed);
   ASSERT_EQ(replayed.size(), algorithms.size() * steps.size());
   for (size_t i = 0; i < replayed.size(); ++i) {
-    // The first request of each algorithm set captures; the rest replay.
-    EXPECT_EQ(replayed[i].graph, i % steps.size() == 0 ? v1::GRAPH_CAPTURED : v1::GRAPH_REPLAYED)
-        << "request " << i;
+    // The first request of each algorithm set captures; the rest replay, rebinding where a
+    // tensor moved (an overwritten A, a new inline B) or as it is.
+    if (i % steps.size() == 0) {
+      EXPECT_EQ(replayed[i].graph, v1::GRAPH_CAPTURED) << "request " << i;
+    } else {
+      EXPECT_TRUE(replayed[i].graph == v1::GRAPH_REPLAYED || replayed[i].graph == v1::GRAPH_REBOUND)
+          << "request " << i << ": " << v1::GraphReplay_Name(replayed[i].graph);
+    }
   }
 
   Restart({"--lanes=1", "--graph_cache=0"});
