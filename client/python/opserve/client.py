@@ -24,7 +24,8 @@ class Client:
     tls: False for plaintext, True for TLS with the system's roots, or a TLS(...).
     session: sent as "x-opserve-session" for a proxy that keeps a session on one replica.
     timeout: the default deadline of each call in seconds (None: none); each call may override it.
-    chunk_bytes: payload of each PutTensor/GetTensor message.
+    chunk_bytes: payload of each PutTensor/GetTensor message (the server keeps GetTensor's
+        between 4 KiB and half its message limit).
     channel_options: extra gRPC channel arguments, e.g. [("grpc.http2.lookahead_bytes", 1 << 24)].
 
     The channel connects lazily: an unreachable server shows up as UNAVAILABLE from the first
