@@ -57,4 +57,4 @@ class BuildPyWithDescriptors(build_py):
             os.path.join(self.build_lib, "opserve", DESCRIPTOR_NAME)]
 
 
-setup(cmdclass={"build_py": BuildPyWithDescriptors})
+setup(packages=["opserve"], cmdclass={"build_py": BuildPyWithDescriptors})
