@@ -167,6 +167,22 @@ class ClientTest(ServerTestCase):
         self.client.get("e", progress=lambda *p: empty.append(p))
         self.assertEqual(empty, [(0, 0), (0, 0)])
 
+    def test_an_exception_in_progress_is_raised_as_it_is(self):
+        class Stop(Exception):
+            pass
+
+        def stop(done, total):
+            raise Stop(done)
+
+        data = np.zeros(3 * 4096, np.int32)
+        with opserve.Client(self.server.target, chunk_bytes=4096, timeout=30) as client:
+            with self.assertRaises(Stop):
+                client.put("p", data, progress=stop)
+            client.put("p", data)
+            with self.assertRaises(Stop):
+                client.get("p", progress=stop)
+            self.assertTrue(client.health())  # the channel is still usable
+
     def test_overwrite(self):
         self.client.put("o", np.zeros(3, np.int32))
         err = self.assertError(grpc.StatusCode.ALREADY_EXISTS,

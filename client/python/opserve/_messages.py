@@ -8,7 +8,7 @@ import grpc
 import numpy as np
 
 from opserve._proto import pb
-from opserve.dtypes import DType, decode, element_size, from_number, to_number
+from opserve.dtypes import DType, decode, from_number, to_number
 from opserve.errors import OpserveError
 from opserve.types import NodeResult, RunResult, TensorInfo, Timing
 
@@ -16,24 +16,41 @@ from opserve.types import NodeResult, RunResult, TensorInfo, Timing
 Progress = Callable[[int, int], None]
 
 
-def put_requests(name: str, dtype: DType, shape: Tuple[int, ...], wire: np.ndarray,
-                 overwrite: bool, chunk_bytes: int, progress: Optional[Progress]) -> Iterator[Any]:
+class Upload:
     """PutTensor's stream: the header, then the data in chunks of at most chunk_bytes.
 
     progress is called as each chunk is handed to gRPC, which sends it under flow control: when
-    it reports the last byte, the data is on its way, not yet committed.
+    it reports the last byte, the data is on its way, not yet committed. gRPC turns an exception
+    raised while it iterates the requests into a bare UNKNOWN status, so one raised by progress
+    is kept in `error` for the client to raise in its place.
     """
-    yield pb.PutTensorRequest(header=pb.PutTensorHeader(
-        name=name, dtype=to_number(dtype), shape=shape, overwrite=overwrite))
-    data = wire.reshape(-1).view(np.uint8)
-    total = data.nbytes
-    for offset in range(0, total, chunk_bytes):
-        chunk = data[offset:offset + chunk_bytes]
-        yield pb.PutTensorRequest(chunk=chunk.tobytes())
-        if progress:
-            progress(offset + chunk.nbytes, total)
-    if progress and total == 0:
-        progress(0, 0)  # an empty tensor: no chunk, still one report that it is done
+
+    def __init__(self, name: str, dtype: DType, shape: Tuple[int, ...], wire: np.ndarray,
+                 overwrite: bool, chunk_bytes: int, progress: Optional[Progress]) -> None:
+        self._header = pb.PutTensorHeader(name=name, dtype=to_number(dtype), shape=shape,
+                                          overwrite=overwrite)
+        self._data = wire.reshape(-1).view(np.uint8)
+        self._chunk_bytes = chunk_bytes
+        self._progress = progress
+        self.error: Optional[BaseException] = None
+
+    def requests(self) -> Iterator[Any]:
+        yield pb.PutTensorRequest(header=self._header)
+        total = self._data.nbytes
+        for offset in range(0, total, self._chunk_bytes):
+            chunk = self._data[offset:offset + self._chunk_bytes]
+            yield pb.PutTensorRequest(chunk=chunk.tobytes())
+            self._report(offset + chunk.nbytes, total)
+        if total == 0:
+            self._report(0, 0)  # an empty tensor: no chunk, still one report that it is done
+
+    def _report(self, done: int, total: int) -> None:
+        if self._progress:
+            try:
+                self._progress(done, total)
+            except BaseException as e:
+                self.error = e
+                raise
 
 
 class Download:

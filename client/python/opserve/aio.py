@@ -17,7 +17,7 @@ from opserve import _messages
 from opserve._channel import DEFAULT_CHUNK_BYTES, TLS, ClientConfig, Stubs
 from opserve._proto import pb
 from opserve.dtypes import DTypeLike, encode
-from opserve.errors import from_rpc_error
+from opserve.errors import OpserveError, from_rpc_error
 from opserve.graph import Graph
 from opserve.types import OpsInfo, RunResult, TensorInfo
 
@@ -59,9 +59,14 @@ class Client:
                   timeout: Optional[float] = None) -> TensorInfo:
         """As opserve.Client.put."""
         dt, shape, wire = encode(array, dtype)
-        requests = _messages.put_requests(name, dt, shape, wire, overwrite,
-                                          self._config.chunk_bytes, progress)
-        response = await self._call(self._stubs.put_tensor, requests, timeout)
+        upload = _messages.Upload(name, dt, shape, wire, overwrite, self._config.chunk_bytes,
+                                  progress)
+        try:
+            response = await self._call(self._stubs.put_tensor, upload.requests(), timeout)
+        except OpserveError:
+            if upload.error is not None:
+                raise upload.error from None
+            raise
         return TensorInfo.from_proto(response.info)
 
     async def get(self, name: str, raw_bfloat16: bool = False,
@@ -70,11 +75,15 @@ class Client:
         """As opserve.Client.get."""
         download = _messages.Download(name, raw_bfloat16, progress)
         request = pb.GetTensorRequest(name=name, chunk_bytes=self._config.chunk_bytes)
+        call = self._stubs.get_tensor(request, **self._config.call_args(timeout))
         try:
-            async for response in self._stubs.get_tensor(request, **self._config.call_args(timeout)):
+            async for response in call:
                 download.add(response)
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
+        except BaseException:
+            call.cancel()  # progress or a malformed stream stopped us: the server can stop too
+            raise
         return download.array()
 
     async def delete(self, name: str, timeout: Optional[float] = None) -> TensorInfo:

@@ -11,7 +11,7 @@ from opserve import _messages
 from opserve._channel import DEFAULT_CHUNK_BYTES, TLS, ClientConfig, Stubs
 from opserve._proto import pb
 from opserve.dtypes import DTypeLike, encode
-from opserve.errors import from_rpc_error
+from opserve.errors import OpserveError, from_rpc_error
 from opserve.graph import Graph
 from opserve.types import OpsInfo, RunResult, TensorInfo
 
@@ -70,9 +70,15 @@ class Client:
         progress: progress(sent_bytes, total_bytes), called after each chunk.
         """
         dt, shape, wire = encode(array, dtype)
-        requests = _messages.put_requests(name, dt, shape, wire, overwrite,
-                                          self._config.chunk_bytes, progress)
-        return TensorInfo.from_proto(self._call(self._stubs.put_tensor, requests, timeout).info)
+        upload = _messages.Upload(name, dt, shape, wire, overwrite, self._config.chunk_bytes,
+                                  progress)
+        try:
+            response = self._call(self._stubs.put_tensor, upload.requests(), timeout)
+        except OpserveError:
+            if upload.error is not None:
+                raise upload.error from None
+            raise
+        return TensorInfo.from_proto(response.info)
 
     def get(self, name: str, raw_bfloat16: bool = False,
             progress: Optional[_messages.Progress] = None,
@@ -84,11 +90,15 @@ class Client:
         """
         download = _messages.Download(name, raw_bfloat16, progress)
         request = pb.GetTensorRequest(name=name, chunk_bytes=self._config.chunk_bytes)
+        call = self._stubs.get_tensor(request, **self._config.call_args(timeout))
         try:
-            for response in self._stubs.get_tensor(request, **self._config.call_args(timeout)):
+            for response in call:
                 download.add(response)
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
+        except BaseException:
+            call.cancel()  # progress or a malformed stream stopped us: the server can stop too
+            raise
         return download.array()
 
     def delete(self, name: str, timeout: Optional[float] = None) -> TensorInfo:

@@ -10,10 +10,11 @@ from __future__ import annotations
 import enum
 from typing import Any, Optional, Sequence, Tuple, Union
 
+import grpc
 import numpy as np
 
 from opserve._proto import pb
-from opserve.errors import invalid_argument
+from opserve.errors import OpserveError, invalid_argument
 
 
 class DType(str, enum.Enum):
@@ -57,16 +58,14 @@ def to_number(dtype: DType) -> int:
 
 
 def from_number(number: int) -> DType:
-    """The DType of a proto enum number; one this client does not know is an error to report."""
+    """The DType of a proto enum number; one this client does not know (a newer server's) is
+    UNIMPLEMENTED here."""
     name = pb.dtype_name.get(number, str(number))
     try:
         return DType(name)
     except ValueError:
-        raise invalid_argument(f"dtype {name} is not one this client can decode") from None
-
-
-def element_size(dtype: DType) -> int:
-    return _WIRE[dtype].itemsize
+        raise OpserveError(grpc.StatusCode.UNIMPLEMENTED,
+                           f"dtype {name} is not one this client can decode") from None
 
 
 def float32_to_bfloat16_bits(values: Any) -> np.ndarray:
@@ -119,7 +118,8 @@ def encode(array: Any, dtype: Optional[DTypeLike] = None) -> Tuple[DType, Tuple[
 
 def decode(dtype: DType, shape: Sequence[int], data: Union[bytes, np.ndarray],
            raw_bfloat16: bool = False) -> np.ndarray:
-    """The numpy array of wire bytes: a writable copy, never a view of `data`.
+    """The numpy array of wire bytes, writable: bytes (a message's) are copied, an ndarray
+    buffer (the caller's) is used in place.
 
     BFLOAT16 comes back as float32, or as its raw uint16 bits with raw_bfloat16.
     """

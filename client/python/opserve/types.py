@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
-from typing import Dict, List, Optional, TextIO, Tuple
+from dataclasses import dataclass
+from typing import Dict, Optional, Sequence, TextIO, Tuple
 
 import numpy as np
 
@@ -141,7 +141,7 @@ _COLUMNS = (
 )
 
 
-def format_table(nodes: List[NodeResult]) -> str:
+def format_table(nodes: Sequence[NodeResult]) -> str:
     """Node results as an aligned text table, one line per node under a header line."""
     rows = [[header for header, _, _ in _COLUMNS]]
     rows += [[cell(n) for _, _, cell in _COLUMNS] for n in nodes]
