@@ -8,6 +8,7 @@ Not a test itself.
 """
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,10 +24,15 @@ STARTUP_SECONDS = 60
 
 
 def work_dir(name):
-    """A fresh directory for one test class under OPSERVE_TEST_WORK_DIR."""
-    root = os.environ.get("OPSERVE_TEST_WORK_DIR") or tempfile.gettempdir()
-    os.makedirs(root, exist_ok=True)
-    return tempfile.mkdtemp(prefix=f"{name}-", dir=root)
+    """An empty directory for one test class: OPSERVE_TEST_WORK_DIR/name, emptied of an earlier
+    run's files (a temporary directory without the variable)."""
+    root = os.environ.get("OPSERVE_TEST_WORK_DIR")
+    if not root:
+        return tempfile.mkdtemp(prefix=f"{name}-")
+    path = os.path.join(root, name)
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(path)
+    return path
 
 
 class Server:
