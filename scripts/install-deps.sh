@@ -8,6 +8,8 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   prometheus-cpp-dev libgtest-dev
   python3 python3-grpcio python3-protobuf
+  # The Python client (client/python): installed with pip into a venv over these, offline.
+  python3-numpy python3-venv python3-wheel
   patchelf
 )
 # Tools the deploy and metrics checks in `make test` use (promtool and the Prometheus server,

@@ -1,5 +1,6 @@
-"""What the stdlib-Python end-to-end scripts share (tests/client/cli_e2e_test.py and
-tests/python/foreign_client_test.py): how they fail, log and start the server under test.
+"""What the stdlib-Python end-to-end scripts share (tests/client/cli_e2e_test.py,
+tests/python/foreign_client_test.py and the Python package's tests): how they fail, log and start
+the server under test.
 
 Not a test itself; the scripts import it from their own location (../support).
 """
@@ -32,13 +33,15 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start_opserve(binary, device, log_path):
+def start_opserve(binary, device, log_path, extra_args=()):
     """opserve on 127.0.0.1 and a free port, without the metrics listener, its output (stdout and
-    stderr) in log_path. Returns (process, port); the caller stops the process."""
+    stderr) in log_path; extra_args are more flags. Returns (process, port); the caller stops
+    the process."""
     port = free_port()
     with open(log_path, "w") as server_log:
         server = subprocess.Popen([binary, "--host=127.0.0.1", f"--port={port}", "--metrics_port=-1",
-                                   f"--device={device}"], stdout=server_log, stderr=subprocess.STDOUT)
+                                   f"--device={device}", *extra_args],
+                                  stdout=server_log, stderr=subprocess.STDOUT)
     return server, port
 
 

@@ -1,0 +1,108 @@
+"""Requests built and responses read the same way by the sync and asyncio clients."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator, Optional, Tuple
+
+import grpc
+import numpy as np
+
+from opserve._proto import pb
+from opserve.dtypes import DType, decode, from_number, to_number
+from opserve.errors import OpserveError
+from opserve.types import NodeResult, RunResult, TensorInfo, Timing
+
+# progress(done_bytes, total_bytes), after each chunk.
+Progress = Callable[[int, int], None]
+
+
+class Upload:
+    """PutTensor's stream: the header, then the data in chunks of at most chunk_bytes.
+
+    progress is called as each chunk is handed to gRPC, which sends it under flow control: when
+    it reports the last byte, the data is on its way, not yet committed. gRPC turns an exception
+    raised while it iterates the requests into a bare UNKNOWN status, so one raised by progress
+    is kept in `error` for the client to raise in its place.
+    """
+
+    def __init__(self, name: str, dtype: DType, shape: Tuple[int, ...], wire: np.ndarray,
+                 overwrite: bool, chunk_bytes: int, progress: Optional[Progress]) -> None:
+        self._header = pb.PutTensorHeader(name=name, dtype=to_number(dtype), shape=shape,
+                                          overwrite=overwrite)
+        self._data = wire.reshape(-1).view(np.uint8)
+        self._chunk_bytes = chunk_bytes
+        self._progress = progress
+        self.error: Optional[BaseException] = None
+
+    def requests(self) -> Iterator[Any]:
+        yield pb.PutTensorRequest(header=self._header)
+        total = self._data.nbytes
+        for offset in range(0, total, self._chunk_bytes):
+            chunk = self._data[offset:offset + self._chunk_bytes]
+            yield pb.PutTensorRequest(chunk=chunk.tobytes())
+            self._report(offset + chunk.nbytes, total)
+        if total == 0:
+            self._report(0, 0)  # an empty tensor: no chunk, still one report that it is done
+
+    def _report(self, done: int, total: int) -> None:
+        if self._progress:
+            try:
+                self._progress(done, total)
+            except BaseException as e:
+                self.error = e
+                raise
+
+
+class Download:
+    """GetTensor's stream, received into one preallocated buffer."""
+
+    def __init__(self, name: str, raw_bfloat16: bool, progress: Optional[Progress]) -> None:
+        self._name = name
+        self._raw_bfloat16 = raw_bfloat16
+        self._progress = progress
+        self._info: Optional[TensorInfo] = None
+        self._buffer = np.empty(0, np.uint8)
+        self._received = 0
+
+    def add(self, response: Any) -> None:
+        kind = response.WhichOneof("kind")
+        if kind == "info" and self._info is None:
+            self._info = TensorInfo.from_proto(response.info)
+            self._buffer = np.empty(self._info.bytes, np.uint8)
+        elif kind == "chunk" and self._info is not None:
+            end = self._received + len(response.chunk)
+            if end > self._buffer.nbytes:
+                raise self._data_loss(f"more than the {self._buffer.nbytes} bytes announced")
+            self._buffer[self._received:end] = np.frombuffer(response.chunk, np.uint8)
+            self._received = end
+            if self._progress:
+                self._progress(end, self._buffer.nbytes)
+        else:
+            raise self._data_loss(f"unexpected {kind or 'empty'} message")
+
+    def array(self) -> np.ndarray:
+        if self._info is None:
+            raise self._data_loss("the stream ended before the tensor's info")
+        if self._received != self._buffer.nbytes:
+            raise self._data_loss(f"{self._received} of {self._buffer.nbytes} bytes received")
+        if self._progress and self._received == 0:
+            self._progress(0, 0)  # an empty tensor: no chunk, still one report that it is done
+        return decode(self._info.dtype, self._info.shape, self._buffer, self._raw_bfloat16)
+
+    def _data_loss(self, what: str) -> OpserveError:
+        return OpserveError(grpc.StatusCode.DATA_LOSS, f"GetTensor {self._name!r}: {what}")
+
+
+def run_result(response: Any, raw_bfloat16: bool) -> RunResult:
+    outputs = {o.node: decode(from_number(o.tensor.dtype), tuple(o.tensor.shape), o.tensor.data,
+                              raw_bfloat16) for o in response.outputs}
+    t = response.timing
+    return RunResult(outputs=outputs,
+                     nodes=tuple(NodeResult.from_proto(n) for n in response.nodes),
+                     timing=Timing(t.queue_us, t.input_us, t.compute_us, t.output_us, t.total_us),
+                     stored=tuple(TensorInfo.from_proto(i) for i in response.stored),
+                     device=response.device)
+
+
+def serving(response: Any) -> bool:
+    return pb.serving_status_name.get(response.status) == "SERVING"

@@ -1,0 +1,163 @@
+"""A graph builder that reads like the math, compiled to one ExecuteRequest.
+
+    g = opserve.Graph()
+    ab = g.matmul(g.stored("A"), g.input("B", b), algorithm="cublas")
+    g.output(g.row_mean(g.transpose(ab)), name="mean", store_as="MEAN")
+    result = client.run(g)          # result["mean"], result.nodes
+
+Nodes get ids from their op ("matmul_0", "transpose_1", ...) unless given one (``id=``);
+``output(name=...)`` names the node it returns, so the name is also the id the server reports
+in the node table.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+from opserve._proto import pb
+from opserve.dtypes import DTypeLike, encode, to_number
+
+AttrValue = Union[bool, int, float, str]
+
+
+class Ref:
+    """Something a node can take as an input: a stored tensor, an inline one, or a node."""
+
+    def __init__(self, graph: "Graph", source: str, name: str) -> None:
+        self._graph = graph
+        self._source = source  # the Input oneof's field: "stored", "inline_name" or "node"
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<opserve.{type(self).__name__} {self._source} {self.name!r}>"
+
+
+class Node(Ref):
+    """An op applied to inputs; its ``name`` is its node id."""
+
+    def __init__(self, graph: "Graph", node_id: str, named: bool, op: str, inputs: Tuple[Ref, ...],
+                 algorithm: Optional[str], attrs: Dict[str, AttrValue]) -> None:
+        super().__init__(graph, "node", node_id)
+        self.named = named  # given an id by the caller: output() may not rename it
+        self.op = op
+        self.inputs = inputs
+        self.algorithm = algorithm or ""
+        self.attrs = attrs
+
+
+def _attr(key: str, value: AttrValue) -> Any:
+    # bool first: True is also an int.
+    if isinstance(value, bool):
+        return pb.AttrValue(b=value)
+    if isinstance(value, int):
+        return pb.AttrValue(i=value)
+    if isinstance(value, float):
+        return pb.AttrValue(f=value)
+    if isinstance(value, str):
+        return pb.AttrValue(s=value)
+    raise TypeError(f"attribute {key!r}: {type(value).__name__} is not bool, int, float or str")
+
+
+class Graph:
+    """Nodes, the inline tensors they read and the outputs wanted; ``Client.run`` sends it."""
+
+    def __init__(self) -> None:
+        self._nodes: List[Node] = []
+        self._inline: Dict[str, Any] = {}  # name -> Tensor message
+        self._outputs: List[Any] = []      # (node, OutputSpec fields)
+
+    # ---- inputs ----
+    def stored(self, name: str) -> Ref:
+        """A tensor stored on the server (uploaded with Client.put, or kept by an earlier run)."""
+        return Ref(self, "stored", name)
+
+    def input(self, name: str, array: Any, dtype: Optional[DTypeLike] = None) -> Ref:
+        """A tensor sent with the request under `name` (a tensor name), not kept on the server.
+
+        dtype as for Client.put: by default the array's own (float32, int32 or int64).
+        """
+        if name in self._inline:
+            raise ValueError(f"inline tensor {name!r} is already in the graph")
+        dt, shape, wire = encode(array, dtype)
+        self._inline[name] = pb.Tensor(dtype=to_number(dt), shape=shape, data=wire.tobytes())
+        return Ref(self, "inline_name", name)
+
+    # ---- ops ----
+    def op(self, op: str, *inputs: Ref, algorithm: Optional[str] = None, id: Optional[str] = None,
+           **attrs: AttrValue) -> Node:
+        """Any op by name (ListOps lists them); the methods below are this with the name filled.
+
+        algorithm: the one to run (e.g. "cublas"); None or "auto" lets the server choose, and the
+        result's NodeResult says which it chose. attrs: the op's attributes, if it has any.
+        """
+        for i, ref in enumerate(inputs):
+            if not isinstance(ref, Ref):
+                raise TypeError(f"{op} input {i}: expected a graph input or node, got "
+                                f"{type(ref).__name__} (use g.stored(name) or g.input(name, array))")
+            if ref._graph is not self:
+                raise ValueError(f"{op} input {i}: {ref!r} belongs to another graph")
+        for key, value in attrs.items():
+            _attr(key, value)  # refuses a bad value here, where the caller made it
+        node_id = id if id is not None else f"{op}_{len(self._nodes)}"
+        node = Node(self, node_id, id is not None, op, inputs, algorithm, attrs)
+        self._nodes.append(node)
+        return node
+
+    def sum(self, x: Ref, **kwargs: Any) -> Node:
+        """The sum of every element: a scalar (INT64 for integers, FLOAT32 otherwise)."""
+        return self.op("sum", x, **kwargs)
+
+    def row_sum(self, x: Ref, **kwargs: Any) -> Node:
+        """[rows, cols] -> [rows]: each row's sum."""
+        return self.op("row_sum", x, **kwargs)
+
+    def row_mean(self, x: Ref, **kwargs: Any) -> Node:
+        """[rows, cols] -> FLOAT32 [rows]: each row's mean."""
+        return self.op("row_mean", x, **kwargs)
+
+    def transpose(self, x: Ref, **kwargs: Any) -> Node:
+        """[rows, cols] -> [cols, rows]."""
+        return self.op("transpose", x, **kwargs)
+
+    def matmul(self, a: Ref, b: Ref, **kwargs: Any) -> Node:
+        """[M, K] x [K, N] -> FLOAT32 [M, N]."""
+        return self.op("matmul", a, b, **kwargs)
+
+    # ---- outputs ----
+    def output(self, node: Node, name: Optional[str] = None, store_as: Optional[str] = None,
+               overwrite: bool = False, return_inline: bool = True) -> Node:
+        """Asks for a node's result: returned (under `name`, default the node's id), kept on the
+        server under `store_as` (replacing a tensor of that name only with overwrite), or both.
+        """
+        if not isinstance(node, Node) or node._graph is not self:
+            raise ValueError(f"output: {node!r} is not a node of this graph")
+        if not return_inline and not store_as:
+            raise ValueError(f"output {node.name!r}: neither returned nor stored")
+        if name is not None and name != node.name:
+            if node.named or any(spec[0] is node for spec in self._outputs):
+                raise ValueError(f"output: node {node.name!r} already has that name; "
+                                 f"cannot also be {name!r}")
+            node.name = name
+            node.named = True
+        self._outputs.append((node, return_inline, store_as or "", overwrite))
+        return node
+
+    def to_request(self) -> Any:
+        """The graph as the opserve.v1.ExecuteRequest message Client.run sends."""
+        duplicates = sorted(i for i, k in Counter(n.name for n in self._nodes).items() if k > 1)
+        if duplicates:
+            raise ValueError(f"node ids used twice: {', '.join(duplicates)}")
+        request = pb.ExecuteRequest()
+        for n in self._nodes:
+            node = request.nodes.add(id=n.name, op=n.op, algorithm=n.algorithm)
+            for ref in n.inputs:
+                node.inputs.add(**{ref._source: ref.name})
+            for key, value in n.attrs.items():
+                node.attrs[key].CopyFrom(_attr(key, value))
+        for name, tensor in self._inline.items():
+            request.inline_tensors[name].CopyFrom(tensor)
+        for node, return_inline, store_as, overwrite in self._outputs:
+            request.outputs.add(node=node.name, return_inline=return_inline, store_as=store_as,
+                                overwrite=overwrite)
+        return request

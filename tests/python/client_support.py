@@ -1,0 +1,99 @@
+"""What the tests of the opserve Python package share: a real server per test class.
+
+The tests run under the venv that the python_client_install fixture made (the package installed
+there, Debian's grpcio, protobuf and numpy seen through --system-site-packages). ctest passes:
+  OPSERVE_BINARY         the server (its CPU backend);
+  OPSERVE_TEST_WORK_DIR  for server logs, certificates and the like.
+Not a test itself.
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import grpc
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "support"))
+from e2e_script import start_opserve  # noqa: E402
+
+STARTUP_SECONDS = 60
+
+
+def work_dir(name):
+    """An empty directory for one test class: OPSERVE_TEST_WORK_DIR/name, emptied of an earlier
+    run's files (a temporary directory without the variable)."""
+    root = os.environ.get("OPSERVE_TEST_WORK_DIR")
+    if not root:
+        return tempfile.mkdtemp(prefix=f"{name}-")
+    path = os.path.join(root, name)
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(path)
+    return path
+
+
+class Server:
+    """opserve on a free loopback port; `target` is its address. Stop it with stop()."""
+
+    def __init__(self, directory, extra_args=(), tls_root=None):
+        binary = os.environ.get("OPSERVE_BINARY")
+        if not binary:
+            raise RuntimeError("OPSERVE_BINARY is not set (ctest sets it to the server binary)")
+        self.log_path = os.path.join(directory, "opserve.log")
+        self.process, port = start_opserve(binary, "cpu", self.log_path, extra_args)
+        self.target = f"127.0.0.1:{port}"
+        if tls_root is None:
+            channel = grpc.insecure_channel(self.target)
+        else:
+            channel = grpc.secure_channel(self.target, grpc.ssl_channel_credentials(tls_root))
+        try:
+            grpc.channel_ready_future(channel).result(timeout=STARTUP_SECONDS)
+        except grpc.FutureTimeoutError:
+            self.stop()
+            raise RuntimeError(f"opserve did not listen within {STARTUP_SECONDS} s:\n{self.log()}")
+        finally:
+            channel.close()
+
+    def log(self):
+        with open(self.log_path) as f:
+            return f.read()
+
+    def stop(self):
+        """SIGTERM, as a deployment stops it; returns the exit status (0 when it drained)."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=STARTUP_SECONDS)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+
+class ServerTestCase(unittest.TestCase):
+    """One server for the whole class: starting one per test would cost more than the tests."""
+
+    server_args = ()
+
+    @classmethod
+    def setUpClass(cls):
+        cls.work_dir = work_dir(cls.__name__)
+        cls.server = Server(cls.work_dir, cls.server_args)
+
+    @classmethod
+    def tearDownClass(cls):
+        status = cls.server.stop()
+        if status != 0:
+            raise AssertionError(f"opserve exited {status}:\n{cls.server.log()}")
+
+
+def float32_matmul_tolerance(a, b):
+    """An error bound for a float32 matmul against a float64 reference: K+2 unit roundoffs of the
+    same product on absolute values, twice for slack."""
+    import numpy as np
+    k = a.shape[1]
+    scale = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
+    return 2 * (k + 2) * 2.0 ** -24 * scale + 1e-7
