@@ -186,6 +186,7 @@ class GraphRunTest(ServerTestCase):
         self.assertEqual(result.nodes[0].flops, 2 * 64 * 48 * 32)
         self.assertGreater(result.timing.total_us, 0)
         self.assertEqual(result.device, "cpu")
+        self.assertEqual(result.graph, "GRAPH_NOT_USED")  # the CPU runs node by node
 
         lines = result.table().splitlines()
         self.assertEqual(lines[0].split(), ["node", "op", "algorithm", "shape", "kernel_us",

@@ -101,7 +101,8 @@ def run_result(response: Any, raw_bfloat16: bool) -> RunResult:
                      nodes=tuple(NodeResult.from_proto(n) for n in response.nodes),
                      timing=Timing(t.queue_us, t.input_us, t.compute_us, t.output_us, t.total_us),
                      stored=tuple(TensorInfo.from_proto(i) for i in response.stored),
-                     device=response.device)
+                     device=response.device,
+                     graph=pb.graph_replay_name.get(response.graph, str(response.graph)))
 
 
 def serving(response: Any) -> bool:

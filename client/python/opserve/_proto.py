@@ -65,11 +65,13 @@ def _load() -> SimpleNamespace:
         classes[name] = _message_class(pool, f"{_HEALTH_PACKAGE}.{name}")
     dtype = pool.FindEnumTypeByName(f"{_PACKAGE}.DType")
     serving = pool.FindEnumTypeByName(f"{_HEALTH_PACKAGE}.HealthCheckResponse.ServingStatus")
+    graph = pool.FindEnumTypeByName(f"{_PACKAGE}.GraphReplay")
     return SimpleNamespace(
         **classes,
         dtype_number={v.name: v.number for v in dtype.values},
         dtype_name={v.number: v.name for v in dtype.values},
         serving_status_name={v.number: v.name for v in serving.values},
+        graph_replay_name={v.number: v.name for v in graph.values},
     )
 
 

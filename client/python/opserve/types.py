@@ -113,6 +113,9 @@ class RunResult:
     timing: Timing
     stored: Tuple[TensorInfo, ...]  # outputs kept on the server (store_as)
     device: str
+    # How the kernels ran (ExecuteResponse.graph): "GRAPH_NOT_USED", "GRAPH_CAPTURED",
+    # "GRAPH_REPLAYED" or "GRAPH_REBOUND" (a CUDA graph on the GPU; see the README's --graph_cache).
+    graph: str = "GRAPH_NOT_USED"
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.outputs[name]
