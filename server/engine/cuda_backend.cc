@@ -11,6 +11,7 @@
 #include "kernels/test_fault.h"
 #include "server/ops/cuda_launch.h"
 #include "server/engine/pinned_pool.h"
+#include "server/ops/op.h"
 #include "common/status_macros.h"
 
 namespace opserve {
@@ -58,13 +59,15 @@ class DeviceBuffer final : public Buffer {
 
 class CudaBackend final : public Backend {
  public:
-  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(int device, uint64_t budget);
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(int device, uint64_t budget,
+                                                             int max_compute_capability);
   ~CudaBackend() override;
 
   std::string name() const override { return "cuda"; }
   std::string device() const override { return absl::StrCat("cuda:", device_); }
   std::string description() const override { return description_; }
   int compute_capability() const override { return cc_; }
+  std::string capability_source() const override { return capability_source_; }
   int sm_count() const override { return sm_count_; }
 
   absl::StatusOr<BufferPtr> Allocate(uint64_t bytes) override;
@@ -93,7 +96,8 @@ class CudaBackend final : public Backend {
   const int device_;
   MemoryBudget budget_;
   std::string description_;
-  int cc_ = 0;
+  int cc_ = 0;  // the GPU's own, or the cap below it (--max_compute_capability)
+  std::string capability_source_;
   int sm_count_ = 0;
   uint64_t total_ = 0;
   cudaStream_t alloc_stream_ = nullptr;    // allocations made off the worker (uploads)
@@ -109,18 +113,36 @@ class CudaBackend final : public Backend {
 DeviceBuffer::~DeviceBuffer() { backend_->Free(data(), bytes(), stream_); }
 void DeviceBuffer::SetIdle() { stream_ = backend_->alloc_stream(); }
 
-absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device, uint64_t budget) {
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device, uint64_t budget,
+                                                                 int max_compute_capability) {
   RETURN_IF_ERROR(FromCuda(cudaSetDevice(device), "cudaSetDevice"));
   cudaDeviceProp prop{};
   RETURN_IF_ERROR(FromCuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties"));
   size_t free_bytes = 0, total_bytes = 0;
   RETURN_IF_ERROR(FromCuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo"));
+  const int real_cc = prop.major * 10 + prop.minor;
+  if (real_cc < kMinCudaComputeCapability) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cuda:", device, " ", prop.name, " has compute capability ", ComputeCapabilityName(real_cc),
+        "; opserve's kernels need ", ComputeCapabilityName(kMinCudaComputeCapability),
+        " or newer (docs/DEPLOY.md, \"Supported GPUs\")"));
+  }
   if (budget == 0) budget = static_cast<uint64_t>(free_bytes * 0.9);
   std::unique_ptr<CudaBackend> b(new CudaBackend(device, budget));
-  b->cc_ = prop.major * 10 + prop.minor;
+  // A cap makes the device offer only the rows a GPU of that capability runs (ListOps, auto and
+  // validation all read compute_capability()); the description names both.
+  const bool capped = max_compute_capability > 0 && max_compute_capability < real_cc;
+  b->cc_ = capped ? max_compute_capability : real_cc;
+  const std::string cap_note = capped ? absl::StrCat(" capped to ", ComputeCapabilityName(b->cc_),
+                                                     " by --max_compute_capability")
+                                      : "";
+  b->capability_source_ =
+      capped ? absl::StrCat(prop.name, ", ", ComputeCapabilityName(real_cc),
+                            " capped by --max_compute_capability")
+             : std::string(prop.name);
   b->sm_count_ = prop.multiProcessorCount;
   b->total_ = total_bytes;
-  b->description_ = absl::StrCat("cuda:", device, " ", prop.name, " (sm_", b->cc_, ", ",
+  b->description_ = absl::StrCat("cuda:", device, " ", prop.name, " (sm_", real_cc, cap_note, ", ",
                                  prop.multiProcessorCount, " SMs, ", total_bytes >> 20, " MiB)");
   // Keep freed blocks cached in the pool: after warm-up no request reaches cudaMalloc.
   cudaMemPool_t pool;
@@ -448,8 +470,9 @@ absl::Status ProbeCuda(int device) {
   return FromCuda(cudaSetDevice(device), "cudaSetDevice");
 }
 
-absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(int device, uint64_t budget_bytes) {
-  ASSIGN_OR_RETURN(auto b, CudaBackend::Create(device, budget_bytes));
+absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(int device, uint64_t budget_bytes,
+                                                         int max_compute_capability) {
+  ASSIGN_OR_RETURN(auto b, CudaBackend::Create(device, budget_bytes, max_compute_capability));
   return std::unique_ptr<Backend>(std::move(b));
 }
 
