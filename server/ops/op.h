@@ -130,10 +130,9 @@ struct AlgoSpec {
   bool deterministic = true;
   bool is_default = false;     // what "auto" runs when the op has no chooser
   // The compute capability the row needs. 0: none, which only CPU rows may say; every CUDA row
-  // states kMinCudaComputeCapability (kSm80) or more (a table test checks), kSm90 for the Hopper
-  // rows
-  // (bulk tensor copies, wgmma). ListOps, `auto` and named requests offer a row only on devices
-  // that have it.
+  // states kMinCudaComputeCapability (kSm80) or more (a table test checks), kSm90 for the
+  // Hopper rows (bulk tensor copies, wgmma). ListOps, `auto` and named requests offer a row only
+  // on devices that have it.
   int min_compute_capability = 0;
   // 0: no upper bound. Architecture-specific code (sm_90a's wgmma) runs on its own
   // architecture only, so such a row is not offered on a newer device at all.
