@@ -1,4 +1,6 @@
 # The two commands of the README: `make demo` and `make test`. Both install what is missing.
+# The kernels are built for every supported GPU (OPSERVE_CUDA_ARCHS in CMakeLists.txt); for one
+# architecture only, quicker, as CI does: make test CMAKE_FLAGS=-DOPSERVE_CUDA_ARCHS=90-real
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
@@ -25,9 +27,10 @@ demo: deps build
 test: test-deps build
 	cd $(BUILD) && ctest --output-on-failure --timeout 900 -j 2
 
-# A self-contained bundle for the lent GPU machine (../shared/GPU.md).
+# A self-contained bundle for the lent GPU machine (../shared/GPU.md), with a second tree
+# ($(BUILD)-80v, kernels as compute_80 PTX) for the GPU suite's capped mode.
 gpu-bundle: deps build
-	./scripts/gpu-bundle.sh $(BUILD)
+	CMAKE_FLAGS="$(CMAKE_FLAGS)" JOBS=$(JOBS) ./scripts/gpu-bundle.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD)

@@ -44,6 +44,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/sm90/arch.h"
 #include "kernels/sm90/mbarrier.cuh"
 #include "kernels/sm90/tensor_map.h"
 #include "kernels/sm90/tma.cuh"
@@ -111,7 +112,8 @@ constexpr TransposeTmaTuning kDefaultTuningBf16{/*tile_rows=*/64, /*boxes=*/2,
                                                 /*max_ctas_per_sm=*/2,
                                                 /*one_tile_per_cta=*/false};
 
-// Per element type: kVec elements per 16-byte vector; a thread moves kVec x kVec register blocks.
+// Per element type: the box width and the tensor map's type; for the consumers (kVecOf below),
+// kVec elements per 16-byte vector, and a thread moves kVec x kVec register blocks.
 //   fp32: a warp block is 32 rows x 16 cols (8 row groups x 4 column chunks); the consumer warps
 //         share a tile's (kRows / 32) x (2 * kBoxes) warp blocks evenly.
 //   bf16: a warp block is 32 rows x 64 cols (4 row groups x 8 column chunks = one box wide); only
@@ -120,16 +122,20 @@ template <typename T>
 struct TileShape;
 template <>
 struct TileShape<uint32_t> {
-  static constexpr int kVec = 4;
   static constexpr int kBoxCols = kSwizzleBytes / 4;  // 32
   static constexpr CUtensorMapDataType kDataType = CU_TENSOR_MAP_DATA_TYPE_UINT32;
 };
 template <>
 struct TileShape<uint16_t> {
-  static constexpr int kVec = 8;
   static constexpr int kBoxCols = kSwizzleBytes / 2;  // 64
   static constexpr CUtensorMapDataType kDataType = CU_TENSOR_MAP_DATA_TYPE_UINT16;
 };
+
+// Device code from here to the kernel exists only in passes with TMA (kernels/sm90/arch.h).
+#if defined(OPSERVE_SM90_ENABLED)
+
+template <typename T>
+constexpr int kVecOf = 16 / static_cast<int>(sizeof(T));  // elements per 16-byte vector
 
 // ---- PTX wrappers used by this kernel alone (the shared ones are in kernels/sm90/) ----
 
@@ -182,7 +188,7 @@ __device__ __forceinline__ void ConsumeTile(const uint8_t* stage, uint64_t* empt
                                             uint32_t* __restrict__ out, int64_t rows,
                                             int64_t cols, int64_t r0, int64_t c0, int warp,
                                             int lane) {
-  constexpr int kVec = TileShape<uint32_t>::kVec;
+  constexpr int kVec = kVecOf<uint32_t>;
   constexpr int kSlices = Config::kRows / 32;    // 32-row slices of the tile
   constexpr int kQuarters = Config::kBoxes * 2;  // 16-column quarters of the tile
   constexpr int kBlocks = kSlices * kQuarters / kConsumerWarps;  // warp blocks per warp
@@ -254,7 +260,7 @@ __device__ __forceinline__ void ConsumeTile(const uint8_t* stage, uint64_t* empt
                                             uint16_t* __restrict__ out, int64_t rows,
                                             int64_t cols, int64_t r0, int64_t c0, int warp,
                                             int lane) {
-  constexpr int kVec = TileShape<uint16_t>::kVec;
+  constexpr int kVec = kVecOf<uint16_t>;
   constexpr int kBoxCols = TileShape<uint16_t>::kBoxCols;
   static_assert(Config::kRows == 64 && Config::kBoxes == 2,
                 "bf16: 2 row halves x 2 boxes = one warp block per consumer warp");
@@ -301,6 +307,8 @@ __device__ __forceinline__ void ConsumeTile(const uint8_t* stage, uint64_t* empt
   }
 }
 
+#endif  // OPSERVE_SM90_ENABLED
+
 // (kThreads, 1): without the 1, ptxas held the 64 x 2 fp32 kernel at 56 registers and spilled
 // 12 bytes; with it, 70-100 registers and no spills, which still fits 3 CTAs of 160 threads.
 template <typename T, bool kVectorStore, typename Config>
@@ -308,6 +316,7 @@ __global__ void __launch_bounds__(kThreads, Config::kMinCtas)
     transpose_tma_kernel(const __grid_constant__ CUtensorMap in_map, T* __restrict__ out,
                          int64_t rows, int64_t cols, uint32_t tiles_x, uint32_t tiles_y,
                          uint32_t num_tiles, uint32_t group_rows) {
+#if defined(OPSERVE_SM90_ENABLED)
   constexpr int kStages = Config::kStages;
   constexpr int kBoxCols = TileShape<T>::kBoxCols;
   constexpr int kTileCols = Config::kBoxes * kBoxCols;
@@ -375,6 +384,10 @@ __global__ void __launch_bounds__(kThreads, Config::kMinCtas)
       phase ^= 1;
     }
   }
+#else
+  // A pass below 9.0 has no TMA: LaunchTma never launches this build (kernels/sm90/arch.h).
+  __trap();
+#endif
 }
 
 template <typename T, typename Config>
@@ -407,6 +420,9 @@ cudaError_t LaunchTma(const TransposeTmaTuning& tuning, const void* d_in, void* 
       (rows * kEb) % 16 == 0 && reinterpret_cast<uintptr_t>(d_out) % 16 == 0;
   const auto kernel = vector_store ? transpose_tma_kernel<T, true, Config>
                                    : transpose_tma_kernel<T, false, Config>;
+  // The device is 9.0 or newer (checked by the caller), but the build may hold no pass for it
+  // with TMA (OPSERVE_CUDA_ARCHS=80-virtual): then the loaded kernel is the trap.
+  if (!sm90::LoadedForSm90(reinterpret_cast<const void*>(kernel))) return cudaErrorNotSupported;
 
   cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Config::kSmemBytes);

@@ -4,17 +4,62 @@
 # with OPSERVE_TEST_DEVICE=cuda), then compute-sanitizer memcheck and racecheck over a kernel
 # subset when asked (--sanitize). Ends with one line: "N passed, N failed, N skipped".
 #
+# Capped mode, the GPU suite of an older GPU on this one (issue 16): every server it starts gets
+# --max_compute_capability, and the in-process kernel tests create their backend with the same
+# cap ($OPSERVE_TEST_MAX_COMPUTE_CAPABILITY), so rows above it are skipped, never run.
+#   --max-cc=X.Y   cap the suite at X.Y (the binaries as they are)
+#   --capped80     the bundle's capped80/ binaries (kernels built as compute_80 PTX only,
+#                  OPSERVE_CUDA_ARCHS=80-virtual, so the driver JIT-compiles them for this GPU)
+#                  with --max-cc=8.0: what an A100 would run, from the code an A100 would load
+#
 # From a bundle (scripts/gpu-bundle.sh): tar xzf opserve-bundle.tgz && opserve/gpu-suite.sh
 # From a build tree: scripts/gpu-suite.sh BUILD_DIR
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-if [[ -d "$here/bin" ]]; then bin="$here/bin"; else bin="${1:-build}"; fi
+sanitize=0 max_cc="" capped80=0 build=build
+for arg in "$@"; do
+  case $arg in
+    --sanitize) sanitize=1 ;;
+    --max-cc=*) max_cc=${arg#--max-cc=} ;;
+    --capped80) capped80=1 max_cc=8.0 ;;
+    -*) echo "gpu-suite: unknown option $arg" >&2; exit 2 ;;
+    *) build=$arg ;;
+  esac
+done
+if [[ $capped80 -eq 1 ]]; then
+  bin="$here/capped80/bin"
+  [[ -d "$bin" ]] || bin="$build-80v"  # a build tree: gpu-bundle.sh builds BUILD-80v beside it
+elif [[ -d "$here/bin" ]]; then
+  bin="$here/bin"
+else
+  bin="$build"
+fi
 find_bin() { for p in "$bin/$1" "$bin/tests/gpu/$1" "$bin/tests/e2e/$1" "$bin/server/$1" "$bin/client/$1"; do [[ -x "$p" ]] && { echo "$p"; return; }; done; }
 out=${OUT:-/tmp/opserve-gpu-suite}
 mkdir -p "$out"
 export OPSERVE_BIN=$(find_bin opserve) OPSERVE_CLI=$(find_bin opserve-cli) OPSERVE_TEST_DEVICE=cuda
+start=$SECONDS
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || true
+if [[ -n "$max_cc" ]]; then
+  export OPSERVE_TEST_MAX_COMPUTE_CAPABILITY=$max_cc
+  echo "gpu-suite: capped at compute capability $max_cc, binaries from $bin"
+  # PTX-only kernels are compiled by the driver at first load; its cache (kept out of $OUT, which
+  # comes back to the caller) lets every later process load them at once. The server's start-up
+  # warm-up loads every kernel it offers: start it once, unhurried, before the tests, whose
+  # servers must listen within 20 s, and once more to show the cache works.
+  export CUDA_CACHE_PATH=${CUDA_CACHE_PATH:-/tmp/opserve-jit-cache} CUDA_CACHE_MAXSIZE=4294967296
+  for pass in first cached; do
+    t0=$SECONDS
+    log="$out/jit_$pass.log"
+    "$OPSERVE_BIN" --device=cuda --host=127.0.0.1 --port=0 --metrics_port=-1 \
+      --max_compute_capability="$max_cc" > "$log" 2>&1 &
+    pid=$!
+    for _ in $(seq 600); do grep -q "listening on" "$log" && break; kill -0 $pid 2>/dev/null || break; sleep 1; done
+    kill $pid 2>/dev/null; wait $pid 2>/dev/null
+    echo "gpu-suite: server start ($pass JIT pass): $((SECONDS - t0)) s; $(grep -E 'backend cuda|warm-up' "$log" | tr '\n' ' ')"
+  done
+fi
 status=0
 run() {  # name, binary, args...
   local name=$1 b=$2; shift 2
@@ -44,7 +89,7 @@ run e2e_cuda "$(find_bin e2e_test)"
 # Printed before the sanitizers too, which can take minutes: a run cut short keeps the count.
 summary
 
-if [[ " $* " == *" --sanitize "* ]] && command -v compute-sanitizer >/dev/null; then
+if [[ $sanitize -eq 1 ]] && command -v compute-sanitizer >/dev/null; then
   # Small shapes: the sanitizers slow kernels by 10-100x.
   filter='Table/GpuKernelTest.MatchesCpuReference/*_1x1*:Table/GpuKernelTest.MatchesCpuReference/*_33*:Table/GpuKernelTest.MatchesCpuReference/*_65x129*:Table/GpuKernelTest.MatchesCpuReference/*_127x129_129x131*:Table/GpuKernelTest.MatchesCpuReference/*_10x2048*:Table/GpuKernelTest.MatchesCpuReference/sum_*_16777219:Table/GpuKernelTest.MatchesCpuReference/transpose_*_1001x1028*:Table/GpuKernelTest.MatchesCpuReference/transpose_*_1000x1028*:Table/GpuKernelTest.MatchesCpuReference/row_*_300x8195*'
   # racecheck leaves out the cuBLAS rows: on the H100 it reports hazards inside cuBLAS's own
@@ -62,4 +107,5 @@ if [[ " $* " == *" --sanitize "* ]] && command -v compute-sanitizer >/dev/null; 
 fi
 
 summary
+echo "gpu-suite: $((SECONDS - start)) s${max_cc:+ (capped at $max_cc)}"
 exit $status

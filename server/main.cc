@@ -63,6 +63,11 @@ ABSL_FLAG(std::string, tls_key, "", "PEM server private key");
 ABSL_FLAG(std::string, tls_client_ca, "", "PEM CA of client certificates (turns mutual TLS on)");
 ABSL_FLAG(std::string, auth_tokens_file, "",
           "bearer tokens, one 'tenant:token' a line; each tenant sees only its own tensors");
+ABSL_FLAG(std::string, max_compute_capability, "",
+          "for testing and fleet uniformity: the CUDA backend reports at most this compute "
+          "capability (MAJOR.MINOR, 8.0 or more), so ListOps, auto and validation offer only the "
+          "algorithms a GPU of it runs: 8.0 on an H100 serves as an A100 would ('': the GPU's "
+          "own)");
 #if OPSERVE_TEST_HOOKS
 ABSL_FLAG(std::string, test_fail_algorithm, "",
           "test builds only: every node running OP/ALGORITHM fails as a faulty kernel would\n"
@@ -117,8 +122,23 @@ void SetUpUsage() {
   absl::SetFlagsUsageConfig(config);
 }
 
+// --max_compute_capability as major * 10 + minor; 0 when unset.
+absl::StatusOr<int> MaxComputeCapabilityFromFlag() {
+  const std::string text = absl::GetFlag(FLAGS_max_compute_capability);
+  if (text.empty()) return 0;
+  absl::StatusOr<int> cc = ParseComputeCapability(text);
+  if (!cc.ok() || *cc < kMinCudaComputeCapability) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_compute_capability must be MAJOR.MINOR, ",
+        ComputeCapabilityName(kMinCudaComputeCapability),
+        " or more (the oldest GPUs opserve's kernels are built for), got '", text, "'"));
+  }
+  return *cc;
+}
+
 // The first log line says which backend was chosen and why.
-absl::StatusOr<std::unique_ptr<Backend>> ChooseBackend(const std::string& device, uint64_t budget) {
+absl::StatusOr<std::unique_ptr<Backend>> ChooseBackend(const std::string& device, uint64_t budget,
+                                                       int max_compute_capability) {
   const int graph_cache = absl::GetFlag(FLAGS_graph_cache);
   if (graph_cache < 0 || graph_cache > kMaxGraphCache) {
     return absl::InvalidArgumentError(absl::StrCat("--graph_cache must be 0 to ", kMaxGraphCache,
@@ -136,7 +156,7 @@ absl::StatusOr<std::unique_ptr<Backend>> ChooseBackend(const std::string& device
 #if OPSERVE_WITH_CUDA
   absl::Status probe = ProbeCuda(index);
   if (probe.ok()) {
-    auto backend = MakeCudaBackend(index, budget, graph_cache);
+    auto backend = MakeCudaBackend(index, budget, max_compute_capability, graph_cache);
     if (backend.ok()) {
       std::cerr << "opserve: backend cuda: " << (*backend)->description() << " (--device=" << device
                 << ")" << std::endl;
@@ -147,6 +167,7 @@ absl::StatusOr<std::unique_ptr<Backend>> ChooseBackend(const std::string& device
   if (device != "auto") return probe;
   std::cerr << "opserve: backend cpu: no usable GPU (" << probe.message() << ")" << std::endl;
 #else
+  (void)max_compute_capability;  // only the CUDA backend has a capability to cap
   if (device != "auto") {
     return absl::FailedPreconditionError("this opserve was built without CUDA (no nvcc at build time)");
   }
@@ -328,7 +349,14 @@ void Drain(grpc::Server& server, const OpServeService& service) {
 
 int Run() {
   std::thread(SignalThread).detach();  // blocked in sigwait when the process ends: nothing to join
-  auto backend_or = ChooseBackend(absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_memory_budget_bytes));
+  // Checked before the backend is chosen: a bad value stops the server on any machine.
+  absl::StatusOr<int> max_cc = MaxComputeCapabilityFromFlag();
+  if (!max_cc.ok()) {
+    std::cerr << "opserve: " << max_cc.status() << std::endl;
+    return 2;
+  }
+  auto backend_or = ChooseBackend(absl::GetFlag(FLAGS_device),
+                                  absl::GetFlag(FLAGS_memory_budget_bytes), *max_cc);
   if (!backend_or.ok()) {
     std::cerr << "opserve: " << backend_or.status() << std::endl;
     return 2;

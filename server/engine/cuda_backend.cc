@@ -12,6 +12,7 @@
 #include "server/ops/cuda_launch.h"
 #include "server/engine/cuda_graph_cache.h"
 #include "server/engine/pinned_pool.h"
+#include "server/ops/op.h"
 #include "common/status_macros.h"
 
 namespace opserve {
@@ -60,6 +61,7 @@ class DeviceBuffer final : public Buffer {
 class CudaBackend final : public Backend {
  public:
   static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(int device, uint64_t budget,
+                                                             int max_compute_capability,
                                                              int graph_cache);
   ~CudaBackend() override;
 
@@ -67,6 +69,7 @@ class CudaBackend final : public Backend {
   std::string device() const override { return absl::StrCat("cuda:", device_); }
   std::string description() const override { return description_; }
   int compute_capability() const override { return cc_; }
+  std::string capability_source() const override { return capability_source_; }
   int sm_count() const override { return sm_count_; }
 
   absl::StatusOr<BufferPtr> Allocate(uint64_t bytes) override;
@@ -98,7 +101,8 @@ class CudaBackend final : public Backend {
   MemoryBudget budget_;
   const int graph_cache_;  // graphs per execution context (CudaGraphCache)
   std::string description_;
-  int cc_ = 0;
+  int cc_ = 0;  // the GPU's own, or the cap below it (--max_compute_capability)
+  std::string capability_source_;
   int sm_count_ = 0;
   uint64_t total_ = 0;
   cudaStream_t alloc_stream_ = nullptr;    // allocations made off the worker (uploads)
@@ -115,18 +119,36 @@ DeviceBuffer::~DeviceBuffer() { backend_->Free(data(), bytes(), stream_); }
 void DeviceBuffer::SetIdle() { stream_ = backend_->alloc_stream(); }
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device, uint64_t budget,
-                                                                   int graph_cache) {
+                                                                 int max_compute_capability,
+                                                                 int graph_cache) {
   RETURN_IF_ERROR(FromCuda(cudaSetDevice(device), "cudaSetDevice"));
   cudaDeviceProp prop{};
   RETURN_IF_ERROR(FromCuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties"));
   size_t free_bytes = 0, total_bytes = 0;
   RETURN_IF_ERROR(FromCuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo"));
+  const int real_cc = prop.major * 10 + prop.minor;
+  if (real_cc < kMinCudaComputeCapability) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cuda:", device, " ", prop.name, " has compute capability ", ComputeCapabilityName(real_cc),
+        "; opserve's kernels need ", ComputeCapabilityName(kMinCudaComputeCapability),
+        " or newer (docs/DEPLOY.md, \"Supported GPUs\")"));
+  }
   if (budget == 0) budget = static_cast<uint64_t>(free_bytes * 0.9);
   std::unique_ptr<CudaBackend> b(new CudaBackend(device, budget, graph_cache));
-  b->cc_ = prop.major * 10 + prop.minor;
+  // A cap makes the device offer only the rows a GPU of that capability runs (ListOps, auto and
+  // validation all read compute_capability()); the description names both.
+  const bool capped = max_compute_capability > 0 && max_compute_capability < real_cc;
+  b->cc_ = capped ? max_compute_capability : real_cc;
+  const std::string cap_note = capped ? absl::StrCat(" capped to ", ComputeCapabilityName(b->cc_),
+                                                     " by --max_compute_capability")
+                                      : "";
+  b->capability_source_ =
+      capped ? absl::StrCat(prop.name, ", ", ComputeCapabilityName(real_cc),
+                            " capped by --max_compute_capability")
+             : std::string(prop.name);
   b->sm_count_ = prop.multiProcessorCount;
   b->total_ = total_bytes;
-  b->description_ = absl::StrCat("cuda:", device, " ", prop.name, " (sm_", b->cc_, ", ",
+  b->description_ = absl::StrCat("cuda:", device, " ", prop.name, " (sm_", real_cc, cap_note, ", ",
                                  prop.multiProcessorCount, " SMs, ", total_bytes >> 20, " MiB)");
   // Keep freed blocks cached in the pool: after warm-up no request reaches cudaMalloc.
   cudaMemPool_t pool;
@@ -541,8 +563,10 @@ absl::Status ProbeCuda(int device) {
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(int device, uint64_t budget_bytes,
+                                                         int max_compute_capability,
                                                          int graph_cache) {
-  ASSIGN_OR_RETURN(auto b, CudaBackend::Create(device, budget_bytes, graph_cache));
+  ASSIGN_OR_RETURN(auto b, CudaBackend::Create(device, budget_bytes, max_compute_capability,
+                                               graph_cache));
   return std::unique_ptr<Backend>(std::move(b));
 }
 

@@ -14,9 +14,14 @@ namespace opserve {
 // a machine with the toolkit but no driver answers cudaErrorInsufficientDriver (35).
 absl::Status ProbeCuda(int device);
 
-// `budget_bytes` 0 means 90% of the device's free memory at start. `graph_cache`: CUDA graphs
-// kept per execution context for replay (CudaGraphCache); 0 launches every node directly.
+// `budget_bytes` 0 means 90% of the device's free memory at start. `max_compute_capability`
+// (e.g. 80; 0: none) caps the capability the backend reports, and so the rows of the op table it
+// offers: a Hopper capped at 80 serves as an A100 would (--max_compute_capability). A GPU below
+// kMinCudaComputeCapability is refused (FAILED_PRECONDITION): the kernels have no code for it.
+// `graph_cache`: CUDA graphs kept per execution context for replay (CudaGraphCache); 0
+// launches every node directly.
 absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(int device, uint64_t budget_bytes,
+                                                         int max_compute_capability = 0,
                                                          int graph_cache = 0);
 
 }  // namespace opserve

@@ -43,14 +43,31 @@ struct KernelArgs {
 };
 using KernelFn = absl::Status (*)(const KernelArgs&);
 
+// Compute capabilities are written major * 10 + minor, as CUDA's sm_XY names are: 80 is 8.0.
+// The oldest one the CUDA kernels are built for (OPSERVE_CUDA_ARCHS) and every CUDA row needs:
+// A100's 8.0 (the kernels use cp.async, bf16 and TF32 mma.sync).
+constexpr int kSm80 = 80;  // Ampere (A100), and every newer GPU
+constexpr int kSm90 = 90;  // Hopper (H100, H200): bulk tensor copies (TMA), wgmma
+constexpr int kMinCudaComputeCapability = kSm80;
+// "8.0" for 80, "12.0" for 120.
+std::string ComputeCapabilityName(int cc);
+// "8.0" -> 80, "12.0" -> 120 (major.minor, minor one digit); INVALID_ARGUMENT otherwise.
+absl::StatusOr<int> ParseComputeCapability(absl::string_view text);
+
 // What algorithms a device can run: its backend's name and, on CUDA, its architecture. The
 // engine's Backend implements it.
 class DeviceProperties {
  public:
   virtual ~DeviceProperties() = default;
   virtual std::string name() const = 0;                 // "cpu" or "cuda": a row's backend
-  virtual int compute_capability() const { return 0; }  // 90 for sm_90; 0 on the CPU
+  // 90 for sm_90; 0 on the CPU. What the rows are chosen by: on a capped device
+  // (--max_compute_capability) the cap, not the GPU's own.
+  virtual int compute_capability() const { return 0; }
   virtual int sm_count() const { return 0; }             // multiprocessors; 0 on the CPU
+  // The device as messages about its compute capability name it: the GPU, and the cap where
+  // one lowers its capability (e.g. "NVIDIA H100 80GB HBM3, 9.0 capped by
+  // --max_compute_capability").
+  virtual std::string capability_source() const { return name(); }
 };
 
 // The minimum an op must move and compute: each input read once, the output written once.
@@ -112,7 +129,11 @@ struct AlgoSpec {
   KernelFn run = nullptr;
   bool deterministic = true;
   bool is_default = false;     // what "auto" runs when the op has no chooser
-  int min_compute_capability = 0;  // 0: any; 90: Hopper-only (bulk tensor copies, wgmma)
+  // The compute capability the row needs. 0: none, which only CPU rows may say; every CUDA row
+  // states kMinCudaComputeCapability (kSm80) or more (a table test checks), kSm90 for the
+  // Hopper rows (bulk tensor copies, wgmma). ListOps, `auto` and named requests offer a row only
+  // on devices that have it.
+  int min_compute_capability = 0;
   // 0: no upper bound. Architecture-specific code (sm_90a's wgmma) runs on its own
   // architecture only, so such a row is not offered on a newer device at all.
   int max_compute_capability = 0;
@@ -157,7 +178,8 @@ const AlgoSpec* FindAlgorithm(absl::string_view op, absl::string_view name,
 // The algorithm a node of `op` runs on `device`: the one `requested`, or for "" / "auto" the
 // op's AutoRule, else its default; then, where that row does not support the inputs' shape, its
 // fallback row. UNIMPLEMENTED (listing what the device has) when the device lacks it or it
-// does not run the inputs' dtype.
+// does not run the inputs' dtype; for a row of the device's backend that needs another compute
+// capability, the message names the capability the row needs and the device's.
 absl::StatusOr<const AlgoSpec*> ResolveAlgorithm(const OpSpec& op,
                                                  std::span<const TensorMeta> inputs,
                                                  absl::string_view requested,

@@ -1,5 +1,7 @@
 // The op table, put together from the op files, and the lookups over it: the choice of
 // algorithm for a node ("auto" included) is made here and nowhere else.
+#include <algorithm>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -61,6 +63,23 @@ bool Accepts(const AlgoSpec& a, DType d) {
 
 }  // namespace
 
+std::string ComputeCapabilityName(int cc) { return absl::StrCat(cc / 10, ".", cc % 10); }
+
+absl::StatusOr<int> ParseComputeCapability(absl::string_view text) {
+  const size_t dot = text.find('.');
+  const absl::string_view major = text.substr(0, dot);
+  const absl::string_view minor = dot == absl::string_view::npos ? "" : text.substr(dot + 1);
+  auto digits = [](absl::string_view s, size_t most) {
+    return !s.empty() && s.size() <= most &&
+           std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  if (!digits(major, 2) || !digits(minor, 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", text, "' is not a compute capability MAJOR.MINOR such as 8.0 or 12.0"));
+  }
+  return (std::stoi(std::string(major)) * 10) + (minor[0] - '0');
+}
+
 std::span<const OpSpec> Ops() { return TheTable().ops; }
 std::span<const AlgoSpec> Algorithms() { return TheTable().algorithms; }
 std::span<const AutoRule> AutoRules() { return TheTable().auto_rules; }
@@ -92,12 +111,36 @@ std::vector<DType> DTypesFor(absl::string_view op, const DeviceProperties& devic
   return out;
 }
 
+namespace {
+
+bool RunsOn(const AlgoSpec& a, int cc) {
+  return a.min_compute_capability <= cc &&
+         (a.max_compute_capability == 0 || cc <= a.max_compute_capability);
+}
+
+// Why `device` does not run `a`, a row of its own backend: the capabilities on both sides.
+std::string CapabilityMismatch(const AlgoSpec& a, const DeviceProperties& device) {
+  const int cc = device.compute_capability();
+  const std::string min = ComputeCapabilityName(a.min_compute_capability);
+  const std::string max = ComputeCapabilityName(a.max_compute_capability);
+  std::string needs;
+  if (cc < a.min_compute_capability) {
+    needs = absl::StrCat("needs compute capability ", min);
+  } else if (a.max_compute_capability == a.min_compute_capability) {
+    needs = absl::StrCat("runs on compute capability ", max, " only");
+  } else {
+    needs = absl::StrCat("runs on compute capability ", min, " to ", max);
+  }
+  return absl::StrCat(a.op, " algorithm ", Quote(a.name), " ", needs, "; this device (",
+                      device.capability_source(), ") is ", ComputeCapabilityName(cc));
+}
+
+}  // namespace
+
 std::vector<const AlgoSpec*> AlgorithmsFor(absl::string_view op, const DeviceProperties& device) {
   std::vector<const AlgoSpec*> out;
   for (const AlgoSpec& a : Algorithms()) {
-    const int cc = device.compute_capability();
-    if (a.op == op && a.backend == device.name() && a.min_compute_capability <= cc &&
-        (a.max_compute_capability == 0 || cc <= a.max_compute_capability)) {
+    if (a.op == op && a.backend == device.name() && RunsOn(a, device.compute_capability())) {
       out.push_back(&a);
     }
   }
@@ -156,6 +199,12 @@ absl::StatusOr<const AlgoSpec*> ResolveAlgorithm(const OpSpec& op, std::span<con
   }
   const AlgoSpec* a = FindAlgorithm(op.name, requested, device);
   if (a == nullptr) {
+    for (const AlgoSpec& row : Algorithms()) {
+      if (row.op == op.name && row.name == requested && row.backend == device.name()) {
+        return absl::UnimplementedError(absl::StrCat(CapabilityMismatch(row, device),
+                                                     "; it runs: ", AlgorithmNames(algos)));
+      }
+    }
     return absl::UnimplementedError(absl::StrCat("algorithm ", Quote(requested), " is not available on the ",
                                                  device.name(), " backend; it has: ",
                                                  AlgorithmNames(algos)));

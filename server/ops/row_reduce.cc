@@ -161,14 +161,16 @@ std::vector<AlgoSpec> Rows(absl::string_view op) {
                             : "float64 accumulation / exact int64"},
 #if OPSERVE_WITH_CUDA
       {.op = op, .name = "naive", .backend = "cuda", .dtypes = {D::kFloat32},
-       .run = Naive<kMean>, .description = "a thread per row"},
+       .run = Naive<kMean>, .min_compute_capability = kSm80, .description = "a thread per row"},
       {.op = op, .name = "block_per_row", .backend = "cuda", .dtypes = all,
        .run = BlockPerRow<kMean>, .is_default = true,
+       .min_compute_capability = kSm80,
        .description = "a block per row, unrolled independent loads"},
       {.op = op, .name = "warp_per_row", .backend = "cuda", .dtypes = all,
-       .run = WarpPerRow<kMean>, .description = "a warp per row"},
+       .run = WarpPerRow<kMean>, .min_compute_capability = kSm80, .description = "a warp per row"},
       {.op = op, .name = "cub_segmented", .backend = "cuda", .dtypes = all,
-       .run = CubSegmented<kMean>, .description = "cub::DeviceSegmentedReduce"},
+       .run = CubSegmented<kMean>, .min_compute_capability = kSm80,
+       .description = "cub::DeviceSegmentedReduce"},
 #endif
   };
 }

@@ -79,9 +79,9 @@ bool TmaDescribes(std::span<const TensorMeta> in) {
                                        static_cast<int>(ElementSize(in[0].dtype)));
 }
 
-// `auto`: the TMA kernel where the device has bulk tensor copies.
+// `auto`: the TMA kernel where the device runs its row (bulk tensor copies), else smem_tiled.
 absl::string_view ChooseCuda(std::span<const TensorMeta>, const DeviceProperties& device) {
-  return device.compute_capability() >= 90 ? "tma" : "smem_tiled";
+  return FindAlgorithm("transpose", "tma", device) != nullptr ? "tma" : "smem_tiled";
 }
 #endif
 
@@ -117,14 +117,17 @@ OpEntry TransposeOp() {
                .run = Reference, .is_default = true, .description = "64x64 cache tiles"},
 #if OPSERVE_WITH_CUDA
               {.op = "transpose", .name = "naive", .backend = "cuda", .dtypes = all,
-               .run = Naive, .description = "a thread per element"},
+               .run = Naive, .min_compute_capability = kSm80,
+               .description = "a thread per element"},
               {.op = "transpose", .name = "smem_tiled", .backend = "cuda", .dtypes = all,
-               .run = SmemTiled, .is_default = true, .description = "32x32 tile padded by one"},
+               .run = SmemTiled, .is_default = true, .min_compute_capability = kSm80,
+               .description = "32x32 tile padded by one"},
               {.op = "transpose", .name = "swizzled", .backend = "cuda", .dtypes = all,
-               .run = Swizzled, .description = "32x32 tile, XOR swizzle"},
+               .run = Swizzled, .min_compute_capability = kSm80,
+               .description = "32x32 tile, XOR swizzle"},
               {.op = "transpose", .name = "tma", .backend = "cuda",
                .dtypes = {D::kFloat32, D::kInt32, D::kBFloat16}, .run = Tma,
-               .min_compute_capability = 90,
+               .min_compute_capability = kSm90,
                .description = "sm_90 bulk tensor copies, 128-byte swizzle, a CTA per tile; rows "
                               "TMA cannot describe (not a 16-byte multiple) run smem_tiled, "
                               "reported as such",

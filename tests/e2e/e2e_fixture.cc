@@ -30,6 +30,11 @@ void OpserveTest::Restart(const std::vector<std::string>& extra) {
   server_.reset();
   std::vector<std::string> flags = {"--host=127.0.0.1", "--port=0", "--metrics_port=-1",
                                     "--device=" + Device()};
+  // Every server of a capped GPU-suite run gets the cap; a test's own flags come after it, so
+  // one that sets the flag itself wins.
+  if (const char* cap = std::getenv("OPSERVE_TEST_MAX_COMPUTE_CAPABILITY"); cap && *cap) {
+    flags.push_back(std::string("--max_compute_capability=") + cap);
+  }
   flags.insert(flags.end(), extra.begin(), extra.end());
   auto server = ServerProcess::Start(OpserveBinary(), flags);
   ASSERT_TRUE(server.ok()) << server.status();

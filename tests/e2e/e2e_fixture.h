@@ -35,7 +35,9 @@ class OpserveTest : public ::testing::Test {
   static std::string ExpectedDevice() { return Device() == "cpu" ? "cpu" : "cuda:0"; }
 
  protected:
-  // Flags added to --host=127.0.0.1 --port=0 --metrics_port=-1 --device=Device().
+  // Flags added to --host=127.0.0.1 --port=0 --metrics_port=-1 --device=Device() (and
+  // --max_compute_capability=$OPSERVE_TEST_MAX_COMPUTE_CAPABILITY where that is set: the GPU
+  // suite's capped mode, scripts/gpu-suite.sh --max-cc).
   virtual std::vector<std::string> ExtraFlags() const { return {}; }
 
   void SetUp() override;

@@ -102,7 +102,10 @@ TEST(HelpTest, HelpfullListsEveryFlag) {
 TEST(HelpTest, UnusableLimitsAreRefusedAtStartUp) {
   for (const char* flag : {"--max_inflight=0", "--max_graph_nodes=0", "--max_message_bytes=0",
                            "--shutdown_grace_seconds=-1", "--lanes=-1", "--lanes=65",
-                           "--lanes=4 --max_inflight=2", "--graph_cache=-1", "--graph_cache=1025"}) {
+                           "--lanes=4 --max_inflight=2", "--graph_cache=-1", "--graph_cache=1025",
+                           // Below the oldest GPUs the kernels are built for, or not MAJOR.MINOR.
+                           "--max_compute_capability=7.5", "--max_compute_capability=abc",
+                           "--max_compute_capability=8", "--max_compute_capability=9.0.1"}) {
     SCOPED_TRACE(flag);
     const CommandOutput run =
         RunOpserve(std::string("--device=cpu --host=127.0.0.1 --port=0 --metrics_port=-1 ") + flag);
@@ -110,6 +113,19 @@ TEST(HelpTest, UnusableLimitsAreRefusedAtStartUp) {
     const std::string name = std::string(flag).substr(0, std::string(flag).find('='));
     EXPECT_NE(run.output.find(name), std::string::npos) << run.output;
     EXPECT_EQ(run.output.find("listening on"), std::string::npos) << run.output;
+  }
+}
+
+// A valid cap starts the server on any backend: the same flags can go to every node of a fleet,
+// CPU ones included (only the CUDA backend has a capability to cap).
+TEST(HelpTest, ValidComputeCapabilityCapStartsTheServer) {
+  for (const char* cap : {"8.0", "9.0", "12.0"}) {
+    SCOPED_TRACE(cap);
+    auto server = ServerProcess::Start(
+        OpserveBinary(), {"--device=cpu", "--host=127.0.0.1", "--port=0", "--metrics_port=-1",
+                          std::string("--max_compute_capability=") + cap});
+    ASSERT_TRUE(server.ok()) << server.status();
+    EXPECT_TRUE((*server)->Alive());
   }
 }
 

@@ -13,6 +13,7 @@
 #include "server/engine/cuda_backend.h"
 #include "server/ops/op.h"
 #include "tests/e2e/e2e_fixture.h"
+#include "tests/gpu/suite_device.h"
 
 namespace opserve::e2e {
 namespace {
@@ -47,8 +48,10 @@ std::vector<double> MatmulRef(const client::HostTensor& a, const client::HostTen
   return c;
 }
 
-// ListOps on a GPU server lists every cuda row of the table, with defaults and determinism.
+// ListOps on a GPU server lists every cuda row of the table the device runs (all of them on a
+// Hopper, the suite's cap aside), with defaults and determinism.
 TEST_F(GpuServiceTest, ListOpsListsEveryCudaAlgorithm) {
+  const gpu_suite::SuiteDevice device;
   auto ops = client().ListOps();
   ASSERT_TRUE(ops.ok()) << ops.status();
   EXPECT_EQ(ops->backend(), "cuda");
@@ -63,8 +66,10 @@ TEST_F(GpuServiceTest, ListOpsListsEveryCudaAlgorithm) {
   }
   for (const AlgoSpec& a : Algorithms()) {
     if (a.backend != "cuda") continue;
-    EXPECT_TRUE(listed.count(std::string(a.op) + "/" + std::string(a.name)))
-        << a.op << "/" << a.name << " is in the table but not listed";
+    EXPECT_EQ(listed.count(std::string(a.op) + "/" + std::string(a.name)),
+              device.Runs(a.op, a.name) ? 1u : 0u)
+        << a.op << "/" << a.name << " (needs " << ComputeCapabilityName(a.min_compute_capability)
+        << ") on a device of " << ComputeCapabilityName(device.compute_capability());
   }
 }
 
@@ -77,12 +82,14 @@ TEST_F(GpuServiceTest, MixedStoredInlineIntermediateGraph) {
   ASSERT_TRUE(client().PutTensor("A", a, false).ok());
   const std::vector<double> ab = MatmulRef(a, b);
   const int64_t m = 300, n = 77;
+  const gpu_suite::SuiteDevice device;
   for (const auto& [mm, tr, rm] : std::vector<std::tuple<std::string, std::string, std::string>>{
            {"auto", "auto", "auto"},
            {"block_tiled_vectorized", "smem_tiled", "warp_per_row"},
            {"cublas", "tma", "cub_segmented"},
            {"tiled", "swizzled", "block_per_row"}}) {
     SCOPED_TRACE(mm + "/" + tr + "/" + rm);
+    if (!device.Runs("transpose", tr)) continue;  // tma below 9.0 (the suite's cap)
     v1::ExecuteRequest req;
     AddInline(req, "B", b);
     AddNode(req, "ab", "matmul", {Stored("A"), Inline("B")}, mm);
@@ -179,8 +186,10 @@ TEST_F(GpuServiceTest, FallbacksReportTheAlgorithmThatRan) {
       {"matmul", "tensor_core_sm90a", {{2048, 512}, {512, 2048}}, "tensor_core_sm90a"},
       {"matmul", "tensor_core", {{2048, 512}, {512, 2048}}, "tensor_core"},
   };
+  const gpu_suite::SuiteDevice device;
   for (const Case& c : cases) {
     SCOPED_TRACE(c.op + "/" + c.algorithm);
+    if (!device.Runs(c.op, c.algorithm)) continue;  // Hopper rows below 9.0 (the suite's cap)
     v1::ExecuteRequest req;
     std::vector<In> ins;
     std::vector<client::HostTensor> hosts;
@@ -214,11 +223,76 @@ TEST_F(GpuServiceTest, ErrorsKeepTheirCodes) {
   AddNode(req, "s", "sum", {Stored("missing")});
   AddOutput(req, "s", true);
   EXPECT_TRUE(StatusIs(client().Execute(req).status(), absl::StatusCode::kNotFound, {"'missing'"}));
+  // A dtype the row does not run (two_pass sums FLOAT32 and INT32), on every capability.
   v1::ExecuteRequest bad;
   AddInline(bad, "x", v1::INT64, {4, 4});
-  AddNode(bad, "t", "transpose", {Inline("x")}, "tma");
+  AddNode(bad, "t", "sum", {Inline("x")}, "two_pass");
   AddOutput(bad, "t", true);
   EXPECT_TRUE(StatusIs(client().Execute(bad).status(), absl::StatusCode::kUnimplemented, {"'t'", "INT64"}));
+  EXPECT_TRUE(Serving());
+}
+
+// --max_compute_capability=8.0: the server offers what an A100 runs, whatever the GPU. ListOps
+// names the cap and lists no row that needs more; naming a Hopper row answers UNIMPLEMENTED with
+// both capabilities; `auto` takes the rows of 8.0 and runs them.
+class GpuCappedTest : public GpuServiceTest {
+ protected:
+  std::vector<std::string> ExtraFlags() const override { return {"--max_compute_capability=8.0"}; }
+};
+
+TEST_F(GpuCappedTest, OffersOnlyTheRowsOfTheCap) {
+  auto ops = client().ListOps();
+  ASSERT_TRUE(ops.ok()) << ops.status();
+  EXPECT_EQ(ops->backend(), "cuda");
+  int listed = 0;
+  for (const v1::OpInfo& op : ops->ops()) {
+    for (const v1::AlgorithmInfo& a : op.algorithms()) {
+      const AlgoSpec* row = nullptr;
+      for (const AlgoSpec& r : Algorithms()) {
+        if (r.backend == "cuda" && r.op == op.name() && r.name == a.name()) row = &r;
+      }
+      ASSERT_NE(row, nullptr) << op.name() << "/" << a.name() << " is not a cuda row";
+      EXPECT_LE(row->min_compute_capability, 80) << op.name() << "/" << a.name();
+      ++listed;
+    }
+  }
+  EXPECT_GT(listed, 20);
+  // The device names its own capability and the cap (unless the GPU's own is 8.0 already).
+  if (ops->device().find("capped to 8.0 by --max_compute_capability") == std::string::npos) {
+    EXPECT_NE(ops->device().find("(sm_80"), std::string::npos) << ops->device();
+  }
+
+  const client::HostTensor x = RandomTensor(v1::FLOAT32, {64, 64}, rng_);
+  v1::ExecuteRequest tma;
+  AddInline(tma, "x", x);
+  AddNode(tma, "t", "transpose", {Inline("x")}, "tma");
+  AddOutput(tma, "t", true);
+  EXPECT_TRUE(StatusIs(client().Execute(tma).status(), absl::StatusCode::kUnimplemented,
+                       {"'tma' needs compute capability 9.0", ") is 8.0", "smem_tiled"}));
+
+  v1::ExecuteRequest sm90a;
+  AddInline(sm90a, "a", RandomTensor(v1::FLOAT32, {2048, 512}, rng_));
+  AddInline(sm90a, "b", RandomTensor(v1::FLOAT32, {512, 2048}, rng_));
+  AddNode(sm90a, "m", "matmul", {Inline("a"), Inline("b")}, "tensor_core_sm90a");
+  AddOutput(sm90a, "m", true);
+  EXPECT_TRUE(StatusIs(client().Execute(sm90a).status(), absl::StatusCode::kUnimplemented,
+                       {"tensor_core_sm90a", "is 8.0"}));
+
+  v1::ExecuteRequest auto_t;
+  AddInline(auto_t, "x", x);
+  AddNode(auto_t, "t", "transpose", {Inline("x")});
+  AddOutput(auto_t, "t", true);
+  auto resp = client().Execute(auto_t);
+  ASSERT_TRUE(resp.ok()) << resp.status();
+  EXPECT_EQ(resp->nodes(0).algorithm(), "smem_tiled");
+  const std::string& in = x.data;
+  const std::string& out = resp->outputs(0).tensor().data();
+  ASSERT_EQ(out.size(), in.size());
+  for (int r = 0; r < 64; ++r) {
+    for (int c = 0; c < 64; ++c) {
+      ASSERT_EQ(std::memcmp(&out[(c * 64 + r) * 4], &in[(r * 64 + c) * 4], 4), 0) << r << "," << c;
+    }
+  }
   EXPECT_TRUE(Serving());
 }
 

@@ -4,6 +4,9 @@
 // "cuda" exercises them here without a GPU: resolution never touches the device.
 #include <gtest/gtest.h>
 
+#include <set>
+#include <string>
+
 #include "absl/strings/str_cat.h"
 #include "server/engine/cpu_backend.h"
 #include "server/ops/op.h"
@@ -14,11 +17,12 @@ namespace {
 // A CUDA backend's identity without a device: enough for table lookups, nothing more.
 class TableOnlyCuda final : public Backend {
  public:
-  explicit TableOnlyCuda(int cc) : cc_(cc) {}
+  explicit TableOnlyCuda(int cc, std::string source = "table-only") : cc_(cc), source_(source) {}
   std::string name() const override { return "cuda"; }
   std::string device() const override { return "cuda:0"; }
   std::string description() const override { return "table-only"; }
   int compute_capability() const override { return cc_; }
+  std::string capability_source() const override { return source_; }
   int sm_count() const override { return 132; }
   absl::StatusOr<BufferPtr> Allocate(uint64_t) override { return absl::UnimplementedError(""); }
   absl::Status CopyOut(const Buffer&, uint64_t, void*, uint64_t) override {
@@ -32,7 +36,11 @@ class TableOnlyCuda final : public Backend {
 
  private:
   int cc_;
+  std::string source_;
 };
+
+// The compute capabilities of the GPUs opserve is built for (OPSERVE_CUDA_ARCHS).
+constexpr int kBuiltFor[] = {80, 86, 89, 90, 100, 120};
 
 bool HasCudaRows() {
   for (const AlgoSpec& a : Algorithms()) {
@@ -118,6 +126,108 @@ TEST(Fallback, HopperRowsAreNotOfferedBelowSm90) {
   EXPECT_EQ(*Resolve(a100, "transpose", "auto", {{DType::kFloat32, {64, 64}}}), "smem_tiled");
   EXPECT_EQ(Resolve(a100, "transpose", "tma", {{DType::kFloat32, {64, 64}}}).status().code(),
             absl::StatusCode::kUnimplemented);
+}
+
+// Every CUDA row states the capability it needs, at least the oldest the kernels are built for:
+// a row left at 0 ("any") would be offered on a GPU the kernels have no code for.
+TEST(Table, EveryCudaRowStatesTheCapabilityItNeeds) {
+  if (!HasCudaRows()) GTEST_SKIP() << "built without CUDA: the table has no cuda rows";
+  for (const AlgoSpec& a : Algorithms()) {
+    SCOPED_TRACE(absl::StrCat(a.op, "/", a.name, " (", a.backend, ")"));
+    if (a.backend == "cpu") {
+      EXPECT_EQ(a.min_compute_capability, 0);
+      EXPECT_EQ(a.max_compute_capability, 0);
+      continue;
+    }
+    EXPECT_GE(a.min_compute_capability, kMinCudaComputeCapability);
+    EXPECT_TRUE(a.max_compute_capability == 0 || a.max_compute_capability >= a.min_compute_capability);
+  }
+}
+
+// The Hopper rows need 9.0, and everything else runs from 8.0: on an A100 every op keeps its
+// default row and every dtype it has on a Hopper.
+TEST(Table, OnlyTheHopperRowsNeedMoreThanSm80) {
+  if (!HasCudaRows()) GTEST_SKIP() << "built without CUDA: the table has no cuda rows";
+  std::set<std::string> above;
+  for (const AlgoSpec& a : Algorithms()) {
+    if (a.backend == "cuda" && a.min_compute_capability > kSm80) {
+      above.insert(absl::StrCat(a.op, "/", a.name));
+      EXPECT_EQ(a.min_compute_capability, kSm90) << a.op << "/" << a.name;
+    }
+  }
+  EXPECT_EQ(above, (std::set<std::string>{"matmul/tensor_core_sm90a", "transpose/tma"}));
+  TableOnlyCuda a100(80), h100(90);
+  for (const OpSpec& op : Ops()) {
+    EXPECT_EQ(DTypesFor(op.name, a100), DTypesFor(op.name, h100)) << op.name;
+  }
+}
+
+// `auto` chooses among the rows the device runs, on every GPU the kernels are built for: a
+// chooser's pick is a row of that device (never one resolution would have to drop), for every
+// shape of the op's test model and every dtype.
+TEST(Table, AutoChoosesOnlyRowsTheDeviceRuns) {
+  if (!HasCudaRows()) GTEST_SKIP() << "built without CUDA: the table has no cuda rows";
+  for (int cc : kBuiltFor) {
+    TableOnlyCuda device(cc);
+    for (const AutoRule& rule : AutoRules()) {
+      if (rule.backend != "cuda") continue;
+      const OpSpec* op = FindOp(rule.op);
+      ASSERT_NE(op, nullptr) << rule.op;
+      std::vector<std::vector<std::vector<int64_t>>> shapes = op->test.edge_shapes;
+      shapes.insert(shapes.end(), op->test.large_shapes.begin(), op->test.large_shapes.end());
+      for (DType d : DTypesFor(op->name, device)) {
+        for (const auto& s : shapes) {
+          std::vector<TensorMeta> in;
+          for (const auto& dims : s) in.push_back({d, dims});
+          const absl::string_view pick = rule.choose(in, device);
+          EXPECT_NE(FindAlgorithm(op->name, pick, device), nullptr)
+              << op->name << " auto picks " << pick << " on " << cc;
+          absl::StatusOr<const AlgoSpec*> resolved = ResolveAlgorithm(*op, in, "auto", device);
+          ASSERT_TRUE(resolved.ok()) << resolved.status();
+          EXPECT_NE(FindAlgorithm(op->name, (*resolved)->name, device), nullptr);
+        }
+      }
+    }
+  }
+}
+
+// Naming a row the device cannot run answers UNIMPLEMENTED with the capability the row needs and
+// the device's, and the rows it does run.
+TEST(Resolve, NamingARowAboveTheDeviceNamesBothCapabilities) {
+  if (!HasCudaRows()) GTEST_SKIP() << "built without CUDA: the table has no cuda rows";
+  TableOnlyCuda capped(80, "NVIDIA H100 80GB HBM3, 9.0 capped by --max_compute_capability");
+  absl::Status s = Resolve(capped, "transpose", "tma", {{DType::kFloat32, {64, 64}}}).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(s.message(),
+            "transpose algorithm 'tma' needs compute capability 9.0; this device (NVIDIA H100 "
+            "80GB HBM3, 9.0 capped by --max_compute_capability) is 8.0; it runs: naive, "
+            "smem_tiled, swizzled, auto");
+  TableOnlyCuda b200(100, "NVIDIA B200");
+  s = Resolve(b200, "matmul", "tensor_core_sm90a",
+              {{DType::kFloat32, {2048, 512}}, {DType::kFloat32, {512, 2048}}})
+          .status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(s.message().find("matmul algorithm 'tensor_core_sm90a' runs on compute capability "
+                             "9.0 only; this device (NVIDIA B200) is 10.0"),
+            absl::string_view::npos)
+      << s;
+  // A name that is no row of the backend keeps its own message.
+  s = Resolve(capped, "transpose", "nope", {{DType::kFloat32, {64, 64}}}).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(s.message().find("is not available on the cuda backend"), absl::string_view::npos) << s;
+}
+
+TEST(ComputeCapability, ParsesMajorDotMinor) {
+  EXPECT_EQ(*ParseComputeCapability("8.0"), 80);
+  EXPECT_EQ(*ParseComputeCapability("8.6"), 86);
+  EXPECT_EQ(*ParseComputeCapability("12.0"), 120);
+  EXPECT_EQ(ComputeCapabilityName(80), "8.0");
+  EXPECT_EQ(ComputeCapabilityName(120), "12.0");
+  for (const char* bad : {"", "8", "80", "8.", ".0", "8.00", "abc", "-8.0", "123.0", "8.0x",
+                          " 8.0", "8,0"}) {
+    EXPECT_EQ(ParseComputeCapability(bad).status().code(), absl::StatusCode::kInvalidArgument)
+        << "'" << bad << "'";
+  }
 }
 
 // The reductions' fast families run every dtype on CUDA; `auto` picks one that does.
