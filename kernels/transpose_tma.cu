@@ -421,8 +421,10 @@ cudaError_t LaunchTma(const TransposeTmaTuning& tuning, const void* d_in, void* 
   const auto kernel = vector_store ? transpose_tma_kernel<T, true, Config>
                                    : transpose_tma_kernel<T, false, Config>;
   // The device is 9.0 or newer (checked by the caller), but the build may hold no pass for it
-  // with TMA (OPSERVE_CUDA_ARCHS=80-virtual): then the loaded kernel is the trap.
-  if (!sm90::LoadedForSm90(reinterpret_cast<const void*>(kernel))) return cudaErrorNotSupported;
+  // with TMA (OPSERVE_CUDA_ARCHS=80-virtual): then the loaded kernel is the trap. Both variants
+  // come from one pass, and a process serves one device: asked once, not per launch.
+  static const bool loaded_for_sm90 = sm90::LoadedForSm90(reinterpret_cast<const void*>(kernel));
+  if (!loaded_for_sm90) return cudaErrorNotSupported;
 
   cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Config::kSmemBytes);
