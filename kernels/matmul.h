@@ -21,6 +21,9 @@ OPSERVE_DECLARE_MATMUL(MatmulBlockTiled)            // 2-D register tiling: TMxT
 OPSERVE_DECLARE_MATMUL(MatmulBlockTiledVectorized)  // + 16-byte loads, A transposed in smem
 // Tensor cores: TF32 mma for FLOAT32 inputs, BF16 mma for BFLOAT16 inputs, float32 accumulate.
 OPSERVE_DECLARE_MATMUL(MatmulTensorCore)
+// Shared memory a block of MatmulTensorCore asks for (its largest dtype's ring): more than
+// 8.6, 8.9 and 12.0 devices give a block.
+int MatmulTensorCoreSharedBytes();
 // Hopper (sm_90a): wgmma fed by TMA, the same precisions. Runs only the shapes
 // MatmulTensorCoreSm90aSupports accepts, with 16-byte aligned A and B, on a device of compute
 // capability 9.0; cudaErrorNotSupported / cudaErrorInvalidValue otherwise. It never runs another

@@ -27,6 +27,8 @@
 #include <type_traits>
 
 #include "kernels/matmul.h"
+#include <algorithm>
+
 #include "kernels/matmul_common.cuh"
 
 namespace opserve::kernels {
@@ -340,6 +342,9 @@ template <typename T>
 cudaError_t Launch(const T* d_a, const T* d_b, float* d_c, int64_t m, int64_t n, int64_t k,
                    cudaStream_t stream) {
   using L = TcLayout<T>;
+  static_assert(L::kSmemBytes <= std::max(TcLayout<float>::kSmemBytes,
+                                          TcLayout<__nv_bfloat16>::kSmemBytes),
+                "MatmulTensorCoreSharedBytes covers every dtype's ring");
   // 16-byte copies need every row start 16-byte aligned; the float2 stores of C need N even and
   // C 8-byte aligned (N a multiple of kChunkElems implies even).
   const bool async = k % L::kChunkElems == 0 && n % L::kChunkElems == 0 &&
@@ -360,5 +365,9 @@ cudaError_t Launch(const T* d_a, const T* d_b, float* d_c, int64_t m, int64_t n,
 }  // namespace
 
 OPSERVE_DEFINE_MATMUL(MatmulTensorCore, Launch)
+
+int MatmulTensorCoreSharedBytes() {
+  return std::max(TcLayout<float>::kSmemBytes, TcLayout<__nv_bfloat16>::kSmemBytes);
+}
 
 }  // namespace opserve::kernels

@@ -71,6 +71,7 @@ class CudaBackend final : public Backend {
   int compute_capability() const override { return cc_; }
   std::string capability_source() const override { return capability_source_; }
   int sm_count() const override { return sm_count_; }
+  int max_shared_memory_per_block() const override { return smem_per_block_; }
 
   absl::StatusOr<BufferPtr> Allocate(uint64_t bytes) override;
   absl::Status CopyOut(const Buffer& src, uint64_t offset, void* dst, uint64_t bytes) override;
@@ -104,6 +105,7 @@ class CudaBackend final : public Backend {
   int cc_ = 0;  // the GPU's own, or the cap below it (--max_compute_capability)
   std::string capability_source_;
   int sm_count_ = 0;
+  int smem_per_block_ = 0;
   uint64_t total_ = 0;
   cudaStream_t alloc_stream_ = nullptr;    // allocations made off the worker (uploads)
   cudaStream_t copy_stream_ = nullptr;     // downloads (GetTensor, returned outputs)
@@ -147,6 +149,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device, uin
                             " capped by --max_compute_capability")
              : std::string(prop.name);
   b->sm_count_ = prop.multiProcessorCount;
+  b->smem_per_block_ = static_cast<int>(prop.sharedMemPerBlockOptin);
   b->total_ = total_bytes;
   b->description_ = absl::StrCat("cuda:", device, " ", prop.name, " (sm_", real_cc, cap_note, ", ",
                                  prop.multiProcessorCount, " SMs, ", total_bytes >> 20, " MiB)");

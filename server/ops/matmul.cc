@@ -193,6 +193,7 @@ OpEntry MatmulOp() {
               {.op = "matmul", .name = "tensor_core", .backend = "cuda", .dtypes = types,
                .run = TensorCore,
                .min_compute_capability = kSm80,
+               .min_shared_memory_per_block = kernels::MatmulTensorCoreSharedBytes(),
                .description = "tensor cores through mma.sync: TF32 for FLOAT32, BF16 for "
                               "BFLOAT16"},
               {.op = "matmul", .name = "tensor_core_sm90a", .backend = "cuda", .dtypes = types,

@@ -64,6 +64,9 @@ class DeviceProperties {
   // (--max_compute_capability) the cap, not the GPU's own.
   virtual int compute_capability() const { return 0; }
   virtual int sm_count() const { return 0; }             // multiprocessors; 0 on the CPU
+  // Shared memory one block may use when it opts in (cudaDevAttrMaxSharedMemoryPerBlockOptin):
+  // 227 KiB on 9.0 and 10.0, 163 KiB on 8.0, 99 KiB on 8.6, 8.9 and 12.0. 0: unknown, or the CPU.
+  virtual int max_shared_memory_per_block() const { return 0; }
   // The device as messages about its compute capability name it: the GPU, and the cap where
   // one lowers its capability (e.g. "NVIDIA H100 80GB HBM3, 9.0 capped by
   // --max_compute_capability").
@@ -134,6 +137,10 @@ struct AlgoSpec {
   // Hopper rows (bulk tensor copies, wgmma). ListOps, `auto` and named requests offer a row only
   // on devices that have it.
   int min_compute_capability = 0;
+  // Bytes of shared memory a block of the kernel asks for, where that is more than every device
+  // of its capabilities gives (the default 48 KiB): a device that allows a block less does not
+  // offer the row. 0: no such need.
+  int min_shared_memory_per_block = 0;
   // 0: no upper bound. Architecture-specific code (sm_90a's wgmma) runs on its own
   // architecture only, so such a row is not offered on a newer device at all.
   int max_compute_capability = 0;

@@ -113,14 +113,27 @@ std::vector<DType> DTypesFor(absl::string_view op, const DeviceProperties& devic
 
 namespace {
 
-bool RunsOn(const AlgoSpec& a, int cc) {
+bool FitsSharedMemory(const AlgoSpec& a, const DeviceProperties& device) {
+  return a.min_shared_memory_per_block == 0 || device.max_shared_memory_per_block() == 0 ||
+         a.min_shared_memory_per_block <= device.max_shared_memory_per_block();
+}
+
+bool RunsOn(const AlgoSpec& a, const DeviceProperties& device) {
+  const int cc = device.compute_capability();
   return a.min_compute_capability <= cc &&
-         (a.max_compute_capability == 0 || cc <= a.max_compute_capability);
+         (a.max_compute_capability == 0 || cc <= a.max_compute_capability) &&
+         FitsSharedMemory(a, device);
 }
 
 // Why `device` does not run `a`, a row of its own backend: the capabilities on both sides.
 std::string CapabilityMismatch(const AlgoSpec& a, const DeviceProperties& device) {
   const int cc = device.compute_capability();
+  if (!FitsSharedMemory(a, device)) {
+    return absl::StrCat(a.op, " algorithm ", Quote(a.name), " needs ",
+                        a.min_shared_memory_per_block, " bytes of shared memory per block; this "
+                        "device (", device.capability_source(), ") allows ",
+                        device.max_shared_memory_per_block());
+  }
   const std::string min = ComputeCapabilityName(a.min_compute_capability);
   const std::string max = ComputeCapabilityName(a.max_compute_capability);
   std::string needs;
@@ -140,7 +153,7 @@ std::string CapabilityMismatch(const AlgoSpec& a, const DeviceProperties& device
 std::vector<const AlgoSpec*> AlgorithmsFor(absl::string_view op, const DeviceProperties& device) {
   std::vector<const AlgoSpec*> out;
   for (const AlgoSpec& a : Algorithms()) {
-    if (a.op == op && a.backend == device.name() && RunsOn(a, device.compute_capability())) {
+    if (a.op == op && a.backend == device.name() && RunsOn(a, device)) {
       out.push_back(&a);
     }
   }

@@ -6,6 +6,8 @@
 
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "server/engine/cpu_backend.h"
@@ -17,13 +19,15 @@ namespace {
 // A CUDA backend's identity without a device: enough for table lookups, nothing more.
 class TableOnlyCuda final : public Backend {
  public:
-  explicit TableOnlyCuda(int cc, std::string source = "table-only") : cc_(cc), source_(source) {}
+  explicit TableOnlyCuda(int cc, std::string source = "table-only", int smem_per_block = 0)
+      : cc_(cc), source_(source), smem_(smem_per_block) {}
   std::string name() const override { return "cuda"; }
   std::string device() const override { return "cuda:0"; }
   std::string description() const override { return "table-only"; }
   int compute_capability() const override { return cc_; }
   std::string capability_source() const override { return source_; }
   int sm_count() const override { return 132; }
+  int max_shared_memory_per_block() const override { return smem_; }
   absl::StatusOr<BufferPtr> Allocate(uint64_t) override { return absl::UnimplementedError(""); }
   absl::Status CopyOut(const Buffer&, uint64_t, void*, uint64_t) override {
     return absl::UnimplementedError("");
@@ -37,10 +41,15 @@ class TableOnlyCuda final : public Backend {
  private:
   int cc_;
   std::string source_;
+  int smem_;
 };
 
-// The compute capabilities of the GPUs opserve is built for (OPSERVE_CUDA_ARCHS).
-constexpr int kBuiltFor[] = {80, 86, 89, 90, 100, 120};
+// The compute capabilities of the GPUs opserve is built for (OPSERVE_CUDA_ARCHS), each with the
+// shared memory a block may opt into there (CUDA C++ Programming Guide, "Technical
+// Specifications per Compute Capability").
+constexpr std::pair<int, int> kBuiltFor[] = {{80, 163 * 1024}, {86, 99 * 1024}, {89, 99 * 1024},
+                                             {90, 227 * 1024}, {100, 227 * 1024},
+                                             {120, 99 * 1024}};
 
 bool HasCudaRows() {
   for (const AlgoSpec& a : Algorithms()) {
@@ -167,8 +176,8 @@ TEST(Table, OnlyTheHopperRowsNeedMoreThanSm80) {
 // shape of the op's test model and every dtype.
 TEST(Table, AutoChoosesOnlyRowsTheDeviceRuns) {
   if (!HasCudaRows()) GTEST_SKIP() << "built without CUDA: the table has no cuda rows";
-  for (int cc : kBuiltFor) {
-    TableOnlyCuda device(cc);
+  for (const auto& [cc, smem] : kBuiltFor) {
+    TableOnlyCuda device(cc, "table-only", smem);
     for (const AutoRule& rule : AutoRules()) {
       if (rule.backend != "cuda") continue;
       const OpSpec* op = FindOp(rule.op);
@@ -215,6 +224,35 @@ TEST(Resolve, NamingARowAboveTheDeviceNamesBothCapabilities) {
   s = Resolve(capped, "transpose", "nope", {{DType::kFloat32, {64, 64}}}).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
   EXPECT_NE(s.message().find("is not available on the cuda backend"), absl::string_view::npos) << s;
+}
+
+// A row whose blocks need more shared memory than a device gives one (tensor_core's 105 KiB
+// ring against the 99 KiB of 8.6, 8.9 and 12.0) is not offered there, and naming it says why.
+TEST(Resolve, RowsNeedingMoreSharedMemoryThanTheDeviceGivesAreNotOffered) {
+  if (!HasCudaRows()) GTEST_SKIP() << "built without CUDA: the table has no cuda rows";
+  const std::vector<TensorMeta> in = {{DType::kFloat32, {256, 256}}, {DType::kFloat32, {256, 256}}};
+  for (const auto& [cc, smem] : kBuiltFor) {
+    TableOnlyCuda device(cc, "table-only", smem);
+    const AlgoSpec* row = nullptr;
+    for (const AlgoSpec& a : Algorithms()) {
+      if (a.op == "matmul" && a.name == "tensor_core" && a.backend == "cuda") row = &a;
+    }
+    ASSERT_NE(row, nullptr);
+    ASSERT_GT(row->min_shared_memory_per_block, 99 * 1024) << "the ring fits every device now";
+    const bool fits = row->min_shared_memory_per_block <= smem;
+    EXPECT_EQ(FindAlgorithm("matmul", "tensor_core", device) != nullptr, fits) << cc;
+    absl::StatusOr<std::string> got = Resolve(device, "matmul", "tensor_core", in);
+    if (fits) {
+      EXPECT_TRUE(got.ok()) << cc << ": " << got.status();
+    } else {
+      EXPECT_EQ(got.status().code(), absl::StatusCode::kUnimplemented) << cc;
+      EXPECT_NE(got.status().message().find(absl::StrCat(
+                    "matmul algorithm 'tensor_core' needs ", row->min_shared_memory_per_block,
+                    " bytes of shared memory per block; this device (table-only) allows ", smem)),
+                absl::string_view::npos)
+          << got.status();
+    }
+  }
 }
 
 TEST(ComputeCapability, ParsesMajorDotMinor) {
