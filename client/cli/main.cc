@@ -313,6 +313,13 @@ void PrintRunText(const v1::ExecuteResponse& response,
   std::cout << absl::StrFormat(
       "\ndevice %s: queue %.1f us, input %.1f us, compute %.1f us, output %.1f us, total %.1f us\n",
       response.device(), t.queue_us(), t.input_us(), t.compute_us(), t.output_us(), t.total_us());
+  // Whether the nodes ran as one CUDA graph (the server's --graph_cache); nothing when they did not.
+  switch (response.graph()) {
+    case v1::GRAPH_CAPTURED: std::cout << "CUDA graph: captured from this request\n"; break;
+    case v1::GRAPH_REPLAYED: std::cout << "CUDA graph: replayed\n"; break;
+    case v1::GRAPH_REBOUND: std::cout << "CUDA graph: replayed, rebound to new tensors\n"; break;
+    default: break;
+  }
 }
 
 int Run(client::Client& c, const Flags& flags, const std::string& path) {
