@@ -156,6 +156,15 @@ client::HostTensor RandomTensor(v1::DType dtype, std::vector<int64_t> shape, std
   return t;
 }
 
+client::HostTensor RandomFloats(std::vector<int64_t> shape, std::mt19937_64& rng) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return F32(std::move(shape), v);
+}
+
 client::HostTensor F32(std::vector<int64_t> shape, const std::vector<float>& values) {
   client::HostTensor t;
   t.dtype = v1::FLOAT32;

@@ -128,6 +128,9 @@ class BackgroundExecute {
 
 client::HostTensor RandomTensor(v1::DType dtype, std::vector<int64_t> shape, std::mt19937_64& rng);
 client::HostTensor F32(std::vector<int64_t> shape, const std::vector<float>& values);
+// FLOAT32 values in [-1, 1): RandomTensor draws raw bits (NaNs included), right for round trips
+// but not for arithmetic.
+client::HostTensor RandomFloats(std::vector<int64_t> shape, std::mt19937_64& rng);
 std::vector<float> Floats(const std::string& bytes);
 
 // Every stored tensor's info and bytes, to show that a failed request changed nothing.

@@ -16,15 +16,6 @@
 namespace opserve::e2e {
 namespace {
 
-client::HostTensor RandomFloats(std::vector<int64_t> shape, std::mt19937_64& rng) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return F32(std::move(shape), v);
-}
-
 // One lane: its launch thread takes the context freed last, so back-to-back requests from one
 // client meet the graph their predecessor captured.
 class GpuReplayTest : public OpserveTest {

@@ -27,17 +27,6 @@ class GpuServiceTest : public OpserveTest {
   }
 };
 
-// Floats in [-1, 1): the fixture's RandomTensor draws raw bits (NaNs included), right for
-// round trips but not for arithmetic.
-client::HostTensor RandomFloats(std::vector<int64_t> shape, std::mt19937_64& rng) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return F32(std::move(shape), v);
-}
-
 std::vector<double> MatmulRef(const client::HostTensor& a, const client::HostTensor& b) {
   const int64_t m = a.shape[0], k = a.shape[1], n = b.shape[1];
   const std::vector<float> x = Floats(a.data), y = Floats(b.data);
