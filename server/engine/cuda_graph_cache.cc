@@ -110,7 +110,16 @@ absl::StatusOr<GraphReplay> CudaGraphCache::Launch(cudaStream_t stream,
   if (!std::equal(bindings.begin(), bindings.end(), e.bindings.begin(), e.bindings.end())) {
     // Other tensors: capture again and update the graph in place, which keeps its instance
     // (far cheaper than instantiating) when only kernel arguments changed.
-    ASSIGN_OR_RETURN(cudaGraph_t graph, Capture(capture_stream, stream, e, launch));
+    absl::StatusOr<cudaGraph_t> captured = Capture(capture_stream, stream, e, launch);
+    if (!captured.ok()) {
+      // The capture may have replaced some of the entry's scratch, which its graph still
+      // points at: the entry goes, and the next request of its signature captures afresh.
+      cudaGraphExecDestroy(e.exec);
+      index_.erase(e.key);
+      lru_.pop_front();
+      return captured.status();
+    }
+    cudaGraph_t graph = *captured;
     if (graph == nullptr) {
       cudaGraphExecDestroy(e.exec);
       e.exec = nullptr;
