@@ -27,6 +27,7 @@
 #include "common/status_macros.h"
 #include "server/engine/cpu_backend.h"
 #include "server/ops/op.h"
+#include "server/rpc/inference_service.h"
 #include "server/rpc/security.h"
 #include "server/rpc/service.h"
 #include "server/rpc/socket_drain.h"
@@ -105,7 +106,8 @@ constexpr char kUsage[] =
     "\n"
     "Usage: opserve [--flag=value ...]\n"
     "\n"
-    "Serves opserve.v1.OpServe (with health and reflection) on --port and Prometheus metrics on\n"
+    "Serves opserve.v1.OpServe and the Open Inference Protocol (KServe v2's\n"
+    "inference.GRPCInferenceService), with health and reflection, on --port and Prometheus metrics on\n"
     "--metrics_port, on the GPU of --device or on the CPU reference backend. SIGTERM or SIGINT\n"
     "drains the calls in flight and exits 0. --helpfull also lists the libraries' flags.";
 
@@ -422,6 +424,11 @@ int Run() {
       std::cerr << "opserve: the device failed; health is NOT_SERVING" << std::endl;
     }
   });
+  // The Open Inference Protocol's ServerReady: false from the drain on, or once the device failed.
+  std::atomic<bool> draining{false};
+  InferenceService inference(service, [&draining, &device] {
+    return !draining.load() && device.backend().Healthy().ok();
+  });
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -435,6 +442,7 @@ int Run() {
   builder.SetMaxReceiveMessageSize(max_message);
   builder.SetMaxSendMessageSize(max_message);
   builder.RegisterService(&service);
+  builder.RegisterService(&inference);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {
     std::cerr << "opserve: cannot listen on port " << absl::GetFlag(FLAGS_port) << std::endl;
@@ -451,6 +459,7 @@ int Run() {
 
   std::cerr << "opserve: signal " << sig << ", draining" << std::endl;
   health->SetServingStatus(false);
+  draining.store(true);
   Drain(*server, service);
   device.Shutdown();
   std::cerr << "opserve: stopped" << std::endl;

@@ -145,6 +145,19 @@ class Backend : public DeviceProperties {
   // An execution context, made on a lane's launch thread. With `share_stream_of`, the new
   // context queues its work on that context's stream and cuBLAS handle (one lane's contexts).
   virtual absl::StatusOr<std::unique_ptr<ExecEnv>> NewExecEnv(ExecEnv* share_stream_of = nullptr) = 0;
+  // Host memory the device then copies to and from at the host link's speed (a registered
+  // shared-memory region: cudaHostRegister on CUDA). Undone by UnregisterHostMemory, which must
+  // not run while a copy may still use it. Nothing to do on the CPU.
+  virtual absl::Status RegisterHostMemory(void* p, uint64_t bytes) { return absl::OkStatus(); }
+  virtual void UnregisterHostMemory(void* p) {}
+  // Device memory another process shares with this one (CUDA IPC: `handle` is the bytes of its
+  // cudaIpcMemHandle_t, made on device `device_id`), as a Buffer outside the memory budget,
+  // unmapped when the last reference goes. INVALID_ARGUMENT for another device than this one's.
+  virtual absl::StatusOr<BufferPtr> OpenSharedDeviceMemory(absl::string_view handle,
+                                                           int64_t device_id, uint64_t bytes) {
+    return absl::UnimplementedError("CUDA shared memory needs the CUDA backend; this server runs on " +
+                                    device());
+  }
   // OK while the device can serve; a sticky device error makes it fail for good.
   virtual absl::Status Healthy() const { return absl::OkStatus(); }
   virtual MemoryStats Memory() const = 0;

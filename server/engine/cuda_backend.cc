@@ -79,6 +79,10 @@ class CudaBackend final : public Backend {
   absl::StatusOr<std::unique_ptr<ExecEnv>> NewExecEnv(ExecEnv* share_stream_of) override;
   absl::Status Healthy() const override;
   MemoryStats Memory() const override;
+  absl::Status RegisterHostMemory(void* p, uint64_t bytes) override;
+  void UnregisterHostMemory(void* p) override;
+  absl::StatusOr<BufferPtr> OpenSharedDeviceMemory(absl::string_view handle, int64_t device_id,
+                                                   uint64_t bytes) override;
 
   // For the buffers and the execution context.
   absl::StatusOr<BufferPtr> AllocateOn(uint64_t bytes, cudaStream_t stream);
@@ -229,6 +233,16 @@ absl::StatusOr<cudaStream_t> CudaBackend::NewLaneStream() {
 
 absl::Status CudaBackend::CopyOut(const Buffer& src, uint64_t offset, void* dst, uint64_t bytes) {
   cudaSetDevice(device_);
+  // Page-locked memory (a registered shared-memory region) takes the copy directly.
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, dst) == cudaSuccess && attr.type == cudaMemoryTypeHost) {
+    std::lock_guard<std::mutex> lock(copy_mu_);
+    RETURN_IF_ERROR(Check(cudaMemcpyAsync(dst, static_cast<const char*>(src.data()) + offset, bytes,
+                                          cudaMemcpyDeviceToHost, copy_stream_),
+                          "download"));
+    return Check(cudaStreamSynchronize(copy_stream_), "download");
+  }
+  cudaGetLastError();  // pageable memory is no error
   // Through pinned staging: pageable device-to-host copies run at a fraction of the bus speed.
   std::lock_guard<std::mutex> lock(copy_mu_);
   PinnedPool::Block block = pinned_.Acquire();
@@ -543,6 +557,60 @@ absl::StatusOr<std::unique_ptr<ExecEnv>> CudaBackend::NewExecEnv(ExecEnv* share_
   auto env = std::make_unique<CudaExecEnv>(this);
   RETURN_IF_ERROR(env->Init(static_cast<CudaExecEnv*>(share_stream_of)));
   return env;
+}
+
+absl::Status CudaBackend::RegisterHostMemory(void* p, uint64_t bytes) {
+  cudaSetDevice(device_);
+  const cudaError_t err = cudaHostRegister(p, bytes, cudaHostRegisterDefault);
+  if (err == cudaSuccess) return absl::OkStatus();
+  cudaGetLastError();  // not sticky
+  return absl::InternalError(
+      absl::StrCat("cudaHostRegister of ", bytes, " bytes: ", cudaGetErrorString(err)));
+}
+
+void CudaBackend::UnregisterHostMemory(void* p) {
+  cudaSetDevice(device_);
+  if (cudaHostUnregister(p) != cudaSuccess) cudaGetLastError();
+}
+
+namespace {
+
+// A client's device memory opened through CUDA IPC: not ours to free, only to close.
+class SharedDeviceBuffer final : public Buffer {
+ public:
+  SharedDeviceBuffer(void* p, uint64_t bytes, int device) : Buffer(p, bytes), device_(device) {}
+  ~SharedDeviceBuffer() override {
+    cudaSetDevice(device_);
+    if (cudaIpcCloseMemHandle(data()) != cudaSuccess) cudaGetLastError();
+  }
+
+ private:
+  int device_;
+};
+
+}  // namespace
+
+absl::StatusOr<BufferPtr> CudaBackend::OpenSharedDeviceMemory(absl::string_view handle,
+                                                              int64_t device_id, uint64_t bytes) {
+  if (device_id != device_) {
+    return absl::InvalidArgumentError(absl::StrCat("the region is on device ", device_id,
+                                                   "; this server runs on cuda:", device_));
+  }
+  cudaIpcMemHandle_t h;
+  if (handle.size() != sizeof(h)) {
+    return absl::InvalidArgumentError(absl::StrCat("raw_handle has ", handle.size(),
+                                                   " bytes; a cudaIpcMemHandle_t has ", sizeof(h)));
+  }
+  std::memcpy(&h, handle.data(), sizeof(h));
+  cudaSetDevice(device_);
+  void* p = nullptr;
+  const cudaError_t err = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return absl::InvalidArgumentError(
+        absl::StrCat("cudaIpcOpenMemHandle: ", cudaGetErrorString(err)));
+  }
+  return std::make_shared<SharedDeviceBuffer>(p, bytes, device_);
 }
 
 MemoryStats CudaBackend::Memory() const { return {budget_.used(), budget_.budget(), total_}; }

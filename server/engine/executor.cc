@@ -40,13 +40,17 @@ absl::Status LaunchPlan(const Plan& plan, ExecEnv& env, Metrics* metrics,
     for (const PlanInput& in : n.inputs) {
       if (in.source != PlanInput::Source::kInline || inline_buffers[in.index]) continue;
       const PlanInline& pi = plan.inlines[in.index];
+      if (pi.device) {  // already on the device: read in place
+        inline_buffers[in.index] = pi.device;
+        continue;
+      }
       auto buffer = env.Allocate(pi.meta.Bytes());
       if (!buffer.ok()) {
         (void)env.Finish(0);  // the copies already queued finish before their buffers go back
         return absl::Status(buffer.status().code(), absl::StrCat("inline tensor ", Quote(pi.name),
                                                                   ": ", buffer.status().message()));
       }
-      if (absl::Status s = env.CopyIn(**buffer, pi.data->data(), pi.data->size()); !s.ok()) {
+      if (absl::Status s = env.CopyIn(**buffer, pi.data.data(), pi.data.size()); !s.ok()) {
         (void)env.Finish(0);
         return s;
       }
@@ -107,6 +111,10 @@ absl::Status LaunchPlan(const Plan& plan, ExecEnv& env, Metrics* metrics,
   // intermediate goes back after its last reader.
   bool as_graph = num_nodes >= kMinGraphNodes && env.LaunchesGraphs();
   for (int i = 0; as_graph && i < num_nodes; ++i) {
+    if (plan.nodes[i].device_dest) {
+      outputs[i] = plan.nodes[i].device_dest;
+      continue;
+    }
     auto out = env.Allocate(plan.nodes[i].output.Bytes());
     if (!out.ok()) {
       outputs.assign(num_nodes, nullptr);  // unused: back in stream order at once
@@ -176,7 +184,8 @@ absl::Status LaunchPlan(const Plan& plan, ExecEnv& env, Metrics* metrics,
           return at(i, s);
         }
       }
-      auto out = env.Allocate(n.output.Bytes());
+      auto out = n.device_dest ? absl::StatusOr<BufferPtr>(n.device_dest)
+                               : env.Allocate(n.output.Bytes());
       if (!out.ok()) {
         // Drain first: the nodes already queued read stored tensors this request holds, and a
         // tensor deleted meanwhile goes back to the pool when the request lets go of it.
@@ -206,7 +215,8 @@ absl::Status LaunchPlan(const Plan& plan, ExecEnv& env, Metrics* metrics,
   std::vector<const void*>& staged = launch->staged;
   staged.assign(num_nodes, nullptr);
   for (int i = 0; i < num_nodes; ++i) {
-    if (!plan.nodes[i].returned) continue;
+    // An output with a host destination is copied there after the wait (CompletePlan).
+    if (!plan.nodes[i].returned || plan.nodes[i].host_dest != nullptr) continue;
     auto p = env.StageOut(*outputs[i], plan.nodes[i].output.Bytes());
     if (!p.ok()) {
       (void)env.Finish(num_nodes);
@@ -259,6 +269,11 @@ absl::Status CompletePlan(const Plan& plan, Backend& backend, ExecEnv& env, Tens
       ReturnedTensor& out = result->outputs.emplace_back();
       out.node = n.id;
       out.meta = n.output;
+      if (n.host_dest != nullptr) {
+        RETURN_IF_ERROR(backend.CopyOut(*outputs[i], 0, n.host_dest, n.output.Bytes()));
+        out.in_place = true;
+        continue;
+      }
       std::string* data = &out.data;
       data->resize(n.output.Bytes());
       if (staged[i] != nullptr) {

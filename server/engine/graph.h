@@ -40,7 +40,12 @@ struct GraphInline {
   absl::string_view name;
   int dtype = 0;
   std::span<const int64_t> shape;
-  const std::string* data = nullptr;
+  // The host bytes: the request's, or a registered shared-memory region's, which the device
+  // copies at the host link's speed.
+  absl::string_view data;
+  // Or device memory that already holds the tensor (a client's CUDA shared memory): read in
+  // place, nothing copied. `data` is then empty.
+  BufferPtr device;
 };
 
 struct GraphOutput {
@@ -48,12 +53,21 @@ struct GraphOutput {
   bool return_inline = false;
   absl::string_view store_as;  // "": not stored
   bool overwrite = false;
+  // A returned output written here instead of into the response (a shared-memory region of
+  // `host_dest_bytes` bytes); it does not count against the message limit.
+  void* host_dest = nullptr;
+  uint64_t host_dest_bytes = 0;
+  // Or device memory the node writes its output into in place (a client's CUDA shared memory).
+  BufferPtr device_dest;
 };
 
 struct Graph {
   std::vector<GraphNode> nodes;
   std::vector<GraphInline> inlines;
   std::vector<GraphOutput> outputs;
+  // Check the structure, dtypes and shapes only, not the inline bytes: a saved graph, whose
+  // inline tensors are the inputs of later requests.
+  bool shapes_only = false;
 };
 
 // What ran, per node, in the order the nodes ran.
@@ -69,7 +83,8 @@ struct NodeReport {
 struct ReturnedTensor {
   std::string node;
   TensorMeta meta;
-  std::string data;
+  std::string data;      // empty when written to its destination instead
+  bool in_place = false;  // written to GraphOutput::host_dest or device_dest
 };
 
 struct ExecuteResult {

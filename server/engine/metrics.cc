@@ -34,10 +34,12 @@
 namespace opserve {
 namespace {
 
-// The RPCs of opserve.v1.OpServe. Their children exist from start-up, so that rate() and the
-// alert rules see a 0 rather than no series before the first request (or the first error).
-constexpr std::array<std::string_view, 6> kRpcs = {"PutTensor",   "GetTensor", "DeleteTensor",
-                                                   "ListTensors", "Execute",   "ListOps"};
+// The RPCs of opserve.v1.OpServe, and the Open Inference Protocol's ModelInfer. Their children
+// exist from start-up, so that rate() and the alert rules see a 0 rather than no series before
+// the first request (or the first error). The protocol's other RPCs appear at their first call.
+constexpr std::array<std::string_view, 10> kRpcs = {
+    "PutTensor", "GetTensor", "DeleteTensor", "ListTensors", "Execute",
+    "ListOps",   "SaveGraph", "DeleteGraph",  "ListGraphs",  "ModelInfer"};
 constexpr std::array<std::string_view, 2> kDirections = {"upload", "download"};
 constexpr std::array<std::string_view, 4> kGraphResults = {"hit", "rebound", "miss", "direct"};
 
@@ -250,7 +252,7 @@ void Metrics::Impl::Build(const std::string& backend) {
 
   const std::lock_guard<std::mutex> lock(mu);
   // Every code of every known RPC: a series first seen at 1 hides its first increase from
-  // rate(), so a lone INTERNAL would never reach the error ratio. 6 x 17 series, no more.
+  // rate(), so a lone INTERNAL would never reach the error ratio. 10 x 17 series, no more.
   for (std::string_view rpc : kRpcs) {
     auto& entry = Rpc(rpc);
     for (int code = 0; code < kNumCodes; ++code) {

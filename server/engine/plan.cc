@@ -115,13 +115,14 @@ absl::StatusOr<Plan> BuildPlan(const Graph& graph, const Backend& backend,
     const std::string what = absl::StrCat("inline tensor ", Quote(name));
     RETURN_IF_ERROR(CheckTensorName(name, what));
     ASSIGN_OR_RETURN(TensorMeta meta, CheckedMeta(t.dtype, t.shape, limits.max_tensor_bytes, what));
-    if (t.data->size() != meta.Bytes()) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": data has ", t.data->size(),
+    const uint64_t has = t.device ? t.device->bytes() : t.data.size();
+    if (!graph.shapes_only && (t.device ? has < meta.Bytes() : has != meta.Bytes())) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": data has ", has,
                                                      " bytes, expected ", meta.Bytes(), " for ",
                                                      meta.DebugString()));
     }
     inline_index[name] = static_cast<int>(plan.inlines.size());
-    plan.inlines.push_back({name, std::move(meta), t.data});
+    plan.inlines.push_back({name, std::move(meta), t.data, t.device});
   }
 
   // Node ids, then the edges between nodes.
@@ -263,18 +264,41 @@ absl::StatusOr<Plan> BuildPlan(const Graph& graph, const Backend& backend,
           absl::StrCat("output refers to node ", Quote(o.node), ", which is not in the graph"));
     }
     PlanNode& n = plan.nodes[position[it->second]];
-    if (!o.return_inline && o.store_as.empty()) {
+    if (!o.return_inline && o.store_as.empty() && !o.device_dest) {
       return absl::InvalidArgumentError(absl::StrCat("output of node ", Quote(o.node),
                                                      " neither returns inline nor stores"));
     }
+    if (o.device_dest || o.host_dest != nullptr) {
+      const uint64_t room = o.device_dest ? o.device_dest->bytes() : o.host_dest_bytes;
+      if (room < n.output.Bytes()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "output of node ", Quote(o.node), ": its destination holds ", room,
+            " bytes, the output needs ", n.output.Bytes(), " for ", n.output.DebugString()));
+      }
+      if (n.device_dest || n.host_dest != nullptr || !o.store_as.empty() ||
+          !n.store_as.empty() || (o.device_dest && o.return_inline)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "output of node ", Quote(o.node),
+            ": a shared-memory destination is its one destination (not stored, not returned twice)"));
+      }
+      n.device_dest = o.device_dest;
+      n.host_dest = o.host_dest;
+    }
     if (o.return_inline && !n.returned) {
       n.returned = true;
-      returned_bytes += n.output.Bytes();
-      returned_ids.push_back(Quote(n.id));
+      if (n.host_dest == nullptr) {
+        returned_bytes += n.output.Bytes();
+        returned_ids.push_back(Quote(n.id));
+      }
     }
     if (!o.store_as.empty()) {
       const std::string name(o.store_as);
       RETURN_IF_ERROR(CheckTensorName(name, absl::StrCat("output of node ", Quote(o.node))));
+      if (n.device_dest || n.host_dest != nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "output of node ", Quote(o.node),
+            ": a shared-memory destination is its one destination (not stored, not returned twice)"));
+      }
       if (!store_names.emplace(name, true).second) {
         return absl::InvalidArgumentError(
             absl::StrCat("two outputs store under the name ", Quote(name)));

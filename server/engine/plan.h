@@ -32,7 +32,8 @@ struct PlanInput {
 struct PlanInline {
   std::string name;
   TensorMeta meta;
-  const std::string* data;  // the request's bytes (see graph.h)
+  absl::string_view data;  // host bytes (see graph.h)
+  BufferPtr device;        // or device memory read in place
 };
 
 struct PlanNode {
@@ -46,6 +47,8 @@ struct PlanNode {
   Cost cost;
   int last_use = -1;  // the last node (index) reading this output; -1 when none does
   bool returned = false;
+  void* host_dest = nullptr;  // a returned output's bytes go here, not into the response
+  BufferPtr device_dest;      // the node writes its output here (GraphOutput::device_dest)
   struct Store {
     std::string name;
     bool overwrite;

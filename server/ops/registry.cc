@@ -218,6 +218,15 @@ absl::StatusOr<const AlgoSpec*> ResolveAlgorithm(const OpSpec& op, std::span<con
                                                      "; it runs: ", AlgorithmNames(algos)));
       }
     }
+    // A name no backend's row of the op has is the request's mistake; a row of another backend
+    // (cuda's "cub" asked of the CPU) is this server's limit.
+    bool anywhere = false;
+    for (const AlgoSpec& row : Algorithms()) anywhere |= row.op == op.name && row.name == requested;
+    if (!anywhere) {
+      return absl::InvalidArgumentError(absl::StrCat("op ", Quote(op.name), " has no algorithm ",
+                                                     Quote(requested), "; this backend runs: ",
+                                                     AlgorithmNames(algos)));
+    }
     return absl::UnimplementedError(absl::StrCat("algorithm ", Quote(requested), " is not available on the ",
                                                  device.name(), " backend; it has: ",
                                                  AlgorithmNames(algos)));

@@ -53,7 +53,7 @@ Graph GraphFromProto(const v1::ExecuteRequest& request) {
   for (const auto& [name, t] : request.inline_tensors()) {
     g.inlines.push_back({name, t.dtype(), std::span<const int64_t>(t.shape().data(),
                                                                    t.shape().size()),
-                         &t.data()});
+                         t.data()});
   }
   for (const v1::OutputSpec& o : request.outputs()) {
     g.outputs.push_back({o.node(), o.return_inline(), o.store_as(), o.overwrite()});

@@ -12,7 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "opserve/v1/opserve.grpc.pb.h"
 #include "server/engine/device.h"
+#include "server/rpc/graph_store.h"
 #include "server/rpc/grpc_status.h"
+#include "server/rpc/parsed_service.h"
 #include "server/engine/metrics.h"
 #include "server/engine/plan.h"
 #include "server/rpc/request_parsing.h"
@@ -30,10 +32,15 @@ struct ServiceOptions {
   std::string fail_algorithm;
 };
 
-class OpServeService final : public v1::OpServe::CallbackService {
+class OpServeService final
+    : public ParsedService<OpServeService, v1::OpServe::CallbackService> {
  public:
   OpServeService(Device& device, TensorStore& store, Metrics* metrics, ServiceOptions options)
-      : device_(device), store_(store), metrics_(metrics), options_(options) {
+      : ParsedService("opserve.v1.OpServe"),
+        device_(device),
+        store_(store),
+        metrics_(metrics),
+        options_(options) {
     ParseRequestsInHandlers();
   }
 
@@ -55,6 +62,15 @@ class OpServeService final : public v1::OpServe::CallbackService {
   grpc::ServerUnaryReactor* ListOps(grpc::CallbackServerContext* ctx,
                                     const v1::ListOpsRequest* req,
                                     v1::ListOpsResponse* resp) override;
+  grpc::ServerUnaryReactor* SaveGraph(grpc::CallbackServerContext* ctx,
+                                      const v1::SaveGraphRequest* req,
+                                      v1::SaveGraphResponse* resp) override;
+  grpc::ServerUnaryReactor* DeleteGraph(grpc::CallbackServerContext* ctx,
+                                        const v1::DeleteGraphRequest* req,
+                                        v1::DeleteGraphResponse* resp) override;
+  grpc::ServerUnaryReactor* ListGraphs(grpc::CallbackServerContext* ctx,
+                                       const v1::ListGraphsRequest* req,
+                                       v1::ListGraphsResponse* resp) override;
 
   // Called when a request saw the backend fail for good (a sticky device error).
   // Set once, before the server starts; may be called again and again.
@@ -67,6 +83,7 @@ class OpServeService final : public v1::OpServe::CallbackService {
   Device& device() { return device_; }
   Backend& backend() { return device_.backend(); }
   TensorStore& store() { return store_; }
+  GraphStore& graphs() { return graphs_; }
   Metrics* metrics() { return metrics_; }
   TransferPool& transfers() { return transfers_; }
   const ServiceOptions& options() const { return options_; }
@@ -81,18 +98,31 @@ class OpServeService final : public v1::OpServe::CallbackService {
   // configured and the call has none or a wrong one.
   absl::StatusOr<std::string> Authenticate(grpc::CallbackServerContext* ctx) const;
 
+  // The answer to a request of `rpc` that did not parse (`parse`), counted like any other: a
+  // caller without a valid token learns nothing more than UNAUTHENTICATED.
+  absl::Status RefuseUnparsed(grpc::CallbackServerContext* ctx, absl::string_view rpc,
+                              const absl::Status& parse) {
+    const auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<std::string> tenant = Authenticate(ctx);
+    const absl::Status s =
+        tenant.ok() ? absl::Status(parse.code(), absl::StrCat(rpc, ": ", parse.message()))
+                : tenant.status();
+    RecordRpc(rpc, s, start);
+    return s;
+  }
+
  private:
   // gRPC's generated handlers end a call whose request does not parse with a bare UNIMPLEMENTED
   // and never call the service (server/request_parsing.h says when and why). These replace them,
-  // method by method, with handlers whose request type is ParsedRequest<T>: a request that
-  // parses reaches the methods above as before, one that does not is answered INVALID_ARGUMENT
-  // naming the RPC and the field. Runs once, in the constructor, before the server starts.
-  // (The generated SetMessageAllocatorFor_* would cast these handlers to the wrong type: unused.)
+  // method by method (parsed_service.h). Runs once, in the constructor.
   void ParseRequestsInHandlers() {
     ParseUnary("DeleteTensor", &OpServeService::DeleteTensor);
     ParseUnary("ListTensors", &OpServeService::ListTensors);
     ParseUnary("Execute", &OpServeService::Execute);
     ParseUnary("ListOps", &OpServeService::ListOps);
+    ParseUnary("SaveGraph", &OpServeService::SaveGraph);
+    ParseUnary("DeleteGraph", &OpServeService::DeleteGraph);
+    ParseUnary("ListGraphs", &OpServeService::ListGraphs);
     using GetRequest = ParsedRequest<v1::GetTensorRequest>;
     MarkMethodCallback(
         MethodIndex("GetTensor"),
@@ -114,47 +144,9 @@ class OpServeService final : public v1::OpServe::CallbackService {
             }));
   }
 
-  template <typename Request, typename Response>
-  void ParseUnary(absl::string_view rpc,
-                  grpc::ServerUnaryReactor* (OpServeService::*method)(
-                      grpc::CallbackServerContext*, const Request*, Response*)) {
-    MarkMethodCallback(
-        MethodIndex(rpc),
-        new grpc::internal::CallbackUnaryHandler<ParsedRequest<Request>, Response>(
-            [this, rpc, method](grpc::CallbackServerContext* ctx, const ParsedRequest<Request>* req,
-                                Response* resp) -> grpc::ServerUnaryReactor* {
-              TakeOverParsed(req);
-              if (req->status.ok()) return (this->*method)(ctx, &req->message, resp);
-              grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-              reactor->Finish(ToGrpcStatus(RefuseUnparsed(ctx, rpc, req->status)));
-              return reactor;
-            }));
-  }
-
-  // The answer to a request of `rpc` that did not parse (`parse`), counted like any other: a
-  // caller without a valid token learns nothing more than UNAUTHENTICATED.
-  absl::Status RefuseUnparsed(grpc::CallbackServerContext* ctx, absl::string_view rpc,
-                              const absl::Status& parse) {
-    const auto start = std::chrono::steady_clock::now();
-    absl::StatusOr<std::string> tenant = Authenticate(ctx);
-    const absl::Status s =
-        tenant.ok() ? absl::Status(parse.code(), absl::StrCat(rpc, ": ", parse.message()))
-                : tenant.status();
-    RecordRpc(rpc, s, start);
-    return s;
-  }
-
-  // The position of `rpc` in the service, which is the index the generated code registers it at.
-  static int MethodIndex(absl::string_view rpc) {
-    return v1::GetTensorRequest::descriptor()
-        ->file()
-        ->FindServiceByName("OpServe")
-        ->FindMethodByName(std::string(rpc))
-        ->index();
-  }
-
   Device& device_;
   TensorStore& store_;
+  GraphStore graphs_;
   Metrics* metrics_;
   const ServiceOptions options_;
   std::function<void()> on_unhealthy_;

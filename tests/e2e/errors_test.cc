@@ -210,7 +210,7 @@ TEST_F(ErrorsTest, ExecuteErrorsEachGetTheirCodeAndTheServerKeepsServing) {
   add("unknown algorithm", req([](auto& r) {
         AddNode(r, "mm", "matmul", {Stored("A"), Stored("B")}, "warp9");
       }),
-      Code::kUnimplemented, {"'mm'", "'warp9'", "it has:", "auto"});
+      Code::kInvalidArgument, {"'mm'", "'warp9'", "has no algorithm", "auto"});
   RunAll(cases);
 }
 

@@ -119,7 +119,7 @@ bool CheckPlan(const v1::ExecuteRequest& request, const Plan& plan, const std::s
   FUZZ_CHECK(plan.inlines.size() == static_cast<size_t>(request.inline_tensors_size()),
              absl::StrCat(plan.inlines.size(), " inlines of ", request.inline_tensors_size()));
   for (const PlanInline& pi : plan.inlines) {
-    FUZZ_CHECK(pi.data != nullptr && pi.data->size() == pi.meta.Bytes(), pi.name);
+    FUZZ_CHECK(pi.data.size() == pi.meta.Bytes(), pi.name);
     FUZZ_CHECK(CheckMeta(pi.meta, f.limits.max_tensor_bytes, "inline").ok(), pi.meta.DebugString());
   }
   std::set<std::string> ids;

@@ -234,7 +234,7 @@ class GraphRunTest(ServerTestCase):
              lambda g: g.transpose(g.stored("m"), axis=1)),
             (grpc.StatusCode.INVALID_ARGUMENT, "unknown op 'softmax'",
              lambda g: g.op("softmax", g.stored("m"))),
-            (grpc.StatusCode.UNIMPLEMENTED, "'no_such_kernel'",
+            (grpc.StatusCode.INVALID_ARGUMENT, "'no_such_kernel'",
              lambda g: g.sum(g.stored("m"), algorithm="no_such_kernel")),
         ]
         for code, message, build in cases:

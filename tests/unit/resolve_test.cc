@@ -220,10 +220,10 @@ TEST(Resolve, NamingARowAboveTheDeviceNamesBothCapabilities) {
                              "9.0 only; this device (NVIDIA B200) is 10.0"),
             absl::string_view::npos)
       << s;
-  // A name that is no row of the backend keeps its own message.
+  // A name that is no row of the op at all is the request's mistake.
   s = Resolve(capped, "transpose", "nope", {{DType::kFloat32, {64, 64}}}).status();
-  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
-  EXPECT_NE(s.message().find("is not available on the cuda backend"), absl::string_view::npos) << s;
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("has no algorithm 'nope'"), absl::string_view::npos) << s;
 }
 
 // A row whose blocks need more shared memory than a device gives one (tensor_core's 105 KiB

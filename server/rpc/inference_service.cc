@@ -1,0 +1,310 @@
+#include "server/rpc/inference_service.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "server/rpc/grpc_status.h"
+
+#ifndef OPSERVE_VERSION
+#define OPSERVE_VERSION "unknown"
+#endif
+
+namespace opserve {
+namespace {
+
+constexpr struct {
+  absl::string_view name;
+  DType dtype;
+} kDatatypes[] = {{"FP32", DType::kFloat32},
+                  {"INT32", DType::kInt32},
+                  {"INT64", DType::kInt64},
+                  {"BF16", DType::kBFloat16}};
+
+// An op model's input names, by arity.
+std::vector<std::string> OpInputs(const OpSpec& op) {
+  if (op.arity == 1) return {"x"};
+  return {"a", "b"};
+}
+
+// The metadata of an op model, from the table: each input with the first dtype the device runs
+// and the rank of the op's typical shapes, every dimension -1; the output as the op infers it.
+void OpMetadata(const OpSpec& op, const Backend& backend, inference::ModelMetadataResponse* resp) {
+  resp->set_platform("opserve_op");
+  const std::vector<DType> dtypes = DTypesFor(op.name, backend);
+  const DType dtype = dtypes.empty() ? DType::kFloat32 : dtypes.front();
+  const std::vector<std::vector<int64_t>>& shapes = op.test.small_shapes.front();
+  const std::vector<std::string> names = OpInputs(op);
+  std::vector<TensorMeta> metas;
+  for (size_t i = 0; i < names.size(); ++i) {
+    auto* in = resp->add_inputs();
+    in->set_name(names[i]);
+    in->set_datatype(std::string(DatatypeName(dtype)));
+    for (size_t d = 0; d < shapes[i].size(); ++d) in->add_shape(-1);
+    metas.push_back(TensorMeta{dtype, shapes[i]});
+  }
+  auto* out = resp->add_outputs();
+  out->set_name("y");
+  if (auto meta = op.infer(metas); meta.ok()) {
+    out->set_datatype(std::string(DatatypeName(meta->dtype)));
+    for (size_t d = 0; d < meta->shape.size(); ++d) out->add_shape(-1);
+  }
+}
+
+void GraphTensorMetadata(const v1::GraphTensor& t,
+                         inference::ModelMetadataResponse::TensorMetadata* m) {
+  m->set_name(t.name());
+  m->set_datatype(std::string(DatatypeName(static_cast<DType>(t.dtype()))));
+  *m->mutable_shape() = t.shape();
+}
+
+}  // namespace
+
+absl::string_view DatatypeName(DType dtype) {
+  for (const auto& d : kDatatypes) {
+    if (d.dtype == dtype) return d.name;
+  }
+  return "INVALID";
+}
+
+std::optional<DType> DatatypeFromName(absl::string_view name) {
+  for (const auto& d : kDatatypes) {
+    if (d.name == name) return d.dtype;
+  }
+  return std::nullopt;
+}
+
+absl::Status CheckModelVersion(absl::string_view model, absl::string_view version) {
+  if (version.empty() || version == "1") return absl::OkStatus();
+  return absl::NotFoundError(absl::StrCat("model ", Quote(model), " has no version ",
+                                          Quote(version), "; its one version is '1'"));
+}
+
+InferenceService::InferenceService(OpServeService& ops, std::function<bool()> ready)
+    : ParsedService("inference.GRPCInferenceService"), ops_(ops), ready_(std::move(ready)) {
+  ParseUnary("ServerLive", &InferenceService::ServerLive);
+  ParseUnary("ServerReady", &InferenceService::ServerReady);
+  ParseUnary("ModelReady", &InferenceService::ModelReady);
+  ParseUnary("ServerMetadata", &InferenceService::ServerMetadata);
+  ParseUnary("ModelMetadata", &InferenceService::ModelMetadata);
+  ParseUnary("ModelInfer", &InferenceService::ModelInfer);
+  ParseUnary("RepositoryIndex", &InferenceService::RepositoryIndex);
+  ParseUnary("SystemSharedMemoryStatus", &InferenceService::SystemSharedMemoryStatus);
+  ParseUnary("SystemSharedMemoryRegister", &InferenceService::SystemSharedMemoryRegister);
+  ParseUnary("SystemSharedMemoryUnregister", &InferenceService::SystemSharedMemoryUnregister);
+  ParseUnary("CudaSharedMemoryStatus", &InferenceService::CudaSharedMemoryStatus);
+  ParseUnary("CudaSharedMemoryRegister", &InferenceService::CudaSharedMemoryRegister);
+  ParseUnary("CudaSharedMemoryUnregister", &InferenceService::CudaSharedMemoryUnregister);
+}
+
+grpc::ServerUnaryReactor* InferenceService::Unary(
+    grpc::CallbackServerContext* ctx, absl::string_view rpc,
+    const std::function<absl::Status(const std::string&)>& body) {
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<std::string> tenant = ops_.Authenticate(ctx);
+  const absl::Status s = tenant.ok() ? body(*tenant) : tenant.status();
+  ops_.RecordRpc(rpc, s, start);
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(s));
+  return reactor;
+}
+
+// Liveness and readiness answer without a token, as grpc.health.v1 does: probes carry none.
+grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerContext* ctx,
+                                                       const inference::ServerLiveRequest*,
+                                                       inference::ServerLiveResponse* resp) {
+  resp->set_live(true);
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* InferenceService::ServerReady(grpc::CallbackServerContext* ctx,
+                                                        const inference::ServerReadyRequest*,
+                                                        inference::ServerReadyResponse* resp) {
+  resp->set_ready(ready_());
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* InferenceService::ModelReady(grpc::CallbackServerContext* ctx,
+                                                       const inference::ModelReadyRequest* req,
+                                                       inference::ModelReadyResponse* resp) {
+  return Unary(ctx, "ModelReady", [&](const std::string& tenant) -> absl::Status {
+    RETURN_IF_ERROR(CheckModelVersion(req->name(), req->version()));
+    if (FindOp(req->name()) == nullptr) {
+      auto saved = ops_.graphs().Find(tenant, req->name());
+      if (!saved.ok()) return absl::NotFoundError(absl::StrCat("no model ", Quote(req->name())));
+    }
+    resp->set_ready(ready_());
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* InferenceService::ServerMetadata(grpc::CallbackServerContext* ctx,
+                                                           const inference::ServerMetadataRequest*,
+                                                           inference::ServerMetadataResponse* resp) {
+  return Unary(ctx, "ServerMetadata", [&](const std::string&) {
+    resp->set_name("opserve");
+    resp->set_version(OPSERVE_VERSION);
+    resp->add_extensions("system_shared_memory");
+    if (ops_.backend().name() == "cuda") resp->add_extensions("cuda_shared_memory");
+    resp->add_extensions("opserve_saved_graphs");
+    resp->add_extensions("opserve_stored_tensors");
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* InferenceService::ModelMetadata(grpc::CallbackServerContext* ctx,
+                                                          const inference::ModelMetadataRequest* req,
+                                                          inference::ModelMetadataResponse* resp) {
+  return Unary(ctx, "ModelMetadata", [&](const std::string& tenant) -> absl::Status {
+    RETURN_IF_ERROR(CheckModelVersion(req->name(), req->version()));
+    resp->set_name(req->name());
+    resp->add_versions("1");
+    if (const OpSpec* op = FindOp(req->name()); op != nullptr) {
+      OpMetadata(*op, ops_.backend(), resp);
+      return absl::OkStatus();
+    }
+    auto saved = ops_.graphs().Find(tenant, req->name());
+    if (!saved.ok()) return absl::NotFoundError(absl::StrCat("no model ", Quote(req->name())));
+    resp->set_platform("opserve_graph");
+    for (const auto& t : (*saved)->info.inputs()) GraphTensorMetadata(t, resp->add_inputs());
+    for (const auto& t : (*saved)->info.outputs()) GraphTensorMetadata(t, resp->add_outputs());
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(
+    grpc::CallbackServerContext* ctx, const inference::RepositoryIndexRequest*,
+    inference::RepositoryIndexResponse* resp) {
+  return Unary(ctx, "RepositoryIndex", [&](const std::string& tenant) {
+    const bool ready = ready_();
+    auto add = [&](const std::string& name) {
+      auto* m = resp->add_models();
+      m->set_name(name);
+      m->set_version("1");
+      m->set_state(ready ? "READY" : "UNAVAILABLE");
+      if (!ready) m->set_reason("the server is draining or its device failed");
+    };
+    for (const OpSpec& op : Ops()) add(std::string(op.name));
+    for (const auto& [name, g] : ops_.graphs().List(tenant)) add(name);
+    return absl::OkStatus();
+  });
+}
+
+// ---- System shared memory ----
+
+grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryStatus(
+    grpc::CallbackServerContext* ctx, const inference::SystemSharedMemoryStatusRequest* req,
+    inference::SystemSharedMemoryStatusResponse* resp) {
+  return Unary(ctx, "SystemSharedMemoryStatus", [&](const std::string& tenant) -> absl::Status {
+    auto regions = regions_.system.List(tenant, req->name());
+    if (!req->name().empty() && regions.empty()) {
+      return absl::NotFoundError(absl::StrCat("no system shared memory region ", Quote(req->name())));
+    }
+    for (const auto& [name, r] : regions) {
+      auto& status = (*resp->mutable_regions())[name];
+      status.set_name(name);
+      status.set_key(r->key());
+      status.set_offset(r->offset());
+      status.set_byte_size(r->byte_size());
+    }
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryRegister(
+    grpc::CallbackServerContext* ctx, const inference::SystemSharedMemoryRegisterRequest* req,
+    inference::SystemSharedMemoryRegisterResponse*) {
+  return Unary(ctx, "SystemSharedMemoryRegister", [&](const std::string& tenant) -> absl::Status {
+    RETURN_IF_ERROR(CheckTensorName(req->name(), "system shared memory region"));
+    // Checked before the mapping, whose registration with the device takes a while.
+    if (regions_.system.Find(tenant, req->name()).ok()) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("system shared memory region ", Quote(req->name()), " is already registered"));
+    }
+    ASSIGN_OR_RETURN(auto region,
+                     SystemRegion::Map(ops_.backend(), req->key(), req->offset(), req->byte_size()));
+    return regions_.system.Insert(tenant, req->name(), std::move(region));
+  });
+}
+
+// A region that a request in flight uses is not unregistered (FAILED_PRECONDITION): the
+// registry's reference is then not the only one.
+template <typename Region>
+absl::Status RefuseIfInUse(const std::string& name, const std::shared_ptr<Region>& region) {
+  if (region.use_count() > 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "shared memory region ", Quote(name), " is in use by a request in flight; unregister it "
+        "once that request is answered"));
+  }
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryUnregister(
+    grpc::CallbackServerContext* ctx, const inference::SystemSharedMemoryUnregisterRequest* req,
+    inference::SystemSharedMemoryUnregisterResponse*) {
+  return Unary(ctx, "SystemSharedMemoryUnregister", [&](const std::string& tenant) {
+    return regions_.system.Erase(tenant, req->name(), RefuseIfInUse<SystemRegion>).status();
+  });
+}
+
+// ---- CUDA shared memory ----
+
+grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryStatus(
+    grpc::CallbackServerContext* ctx, const inference::CudaSharedMemoryStatusRequest* req,
+    inference::CudaSharedMemoryStatusResponse* resp) {
+  return Unary(ctx, "CudaSharedMemoryStatus", [&](const std::string& tenant) -> absl::Status {
+    auto regions = regions_.cuda.List(tenant, req->name());
+    if (!req->name().empty() && regions.empty()) {
+      return absl::NotFoundError(absl::StrCat("no CUDA shared memory region ", Quote(req->name())));
+    }
+    for (const auto& [name, r] : regions) {
+      auto& status = (*resp->mutable_regions())[name];
+      status.set_name(name);
+      status.set_device_id(static_cast<uint64_t>(r->device_id));
+      status.set_byte_size(r->byte_size);
+    }
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryRegister(
+    grpc::CallbackServerContext* ctx, const inference::CudaSharedMemoryRegisterRequest* req,
+    inference::CudaSharedMemoryRegisterResponse*) {
+  return Unary(ctx, "CudaSharedMemoryRegister", [&](const std::string& tenant) -> absl::Status {
+    RETURN_IF_ERROR(CheckTensorName(req->name(), "CUDA shared memory region"));
+    if (regions_.cuda.Find(tenant, req->name()).ok()) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("CUDA shared memory region ", Quote(req->name()), " is already registered"));
+    }
+    if (req->byte_size() == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("CUDA shared memory region ",
+                                                     Quote(req->name()), ": byte_size is 0"));
+    }
+    auto region = std::make_shared<CudaRegion>();
+    region->device_id = req->device_id();
+    region->byte_size = req->byte_size();
+    auto buffer =
+        ops_.backend().OpenSharedDeviceMemory(req->raw_handle(), req->device_id(), req->byte_size());
+    if (!buffer.ok()) {
+      return absl::Status(buffer.status().code(),
+                          absl::StrCat("CUDA shared memory region ", Quote(req->name()), ": ",
+                                       buffer.status().message()));
+    }
+    region->buffer = *std::move(buffer);
+    return regions_.cuda.Insert(tenant, req->name(), std::move(region));
+  });
+}
+
+grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryUnregister(
+    grpc::CallbackServerContext* ctx, const inference::CudaSharedMemoryUnregisterRequest* req,
+    inference::CudaSharedMemoryUnregisterResponse*) {
+  return Unary(ctx, "CudaSharedMemoryUnregister", [&](const std::string& tenant) {
+    return regions_.cuda.Erase(tenant, req->name(), RefuseIfInUse<CudaRegion>).status();
+  });
+}
+
+}  // namespace opserve

@@ -1,0 +1,91 @@
+// inference.GRPCInferenceService: the Open Inference Protocol (KServe v2) with Triton's
+// shared-memory extensions, beside opserve.v1.OpServe on the same port, engine, store, limits,
+// tokens and metrics (it runs through the same OpServeService). Ops are models of version "1"
+// (inputs `x`, or `a` and `b`; output `y`), and so are the tenant's saved graphs (SaveGraph).
+// README.md's "Open Inference Protocol" section is the user's view.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "inference/grpc_service.grpc.pb.h"
+#include "server/rpc/parsed_service.h"
+#include "server/rpc/service.h"
+#include "server/rpc/shared_memory.h"
+
+namespace opserve {
+
+class InferenceService final
+    : public ParsedService<InferenceService, inference::GRPCInferenceService::CallbackService> {
+ public:
+  // `ready`: whether the server takes work (not draining, the device healthy).
+  InferenceService(OpServeService& ops, std::function<bool()> ready);
+
+  grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* ctx,
+                                       const inference::ServerLiveRequest* req,
+                                       inference::ServerLiveResponse* resp) override;
+  grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* ctx,
+                                        const inference::ServerReadyRequest* req,
+                                        inference::ServerReadyResponse* resp) override;
+  grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* ctx,
+                                       const inference::ModelReadyRequest* req,
+                                       inference::ModelReadyResponse* resp) override;
+  grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* ctx,
+                                           const inference::ServerMetadataRequest* req,
+                                           inference::ServerMetadataResponse* resp) override;
+  grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* ctx,
+                                          const inference::ModelMetadataRequest* req,
+                                          inference::ModelMetadataResponse* resp) override;
+  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* ctx,
+                                       const inference::ModelInferRequest* req,
+                                       inference::ModelInferResponse* resp) override;
+  grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* ctx,
+                                            const inference::RepositoryIndexRequest* req,
+                                            inference::RepositoryIndexResponse* resp) override;
+  grpc::ServerUnaryReactor* SystemSharedMemoryStatus(
+      grpc::CallbackServerContext* ctx, const inference::SystemSharedMemoryStatusRequest* req,
+      inference::SystemSharedMemoryStatusResponse* resp) override;
+  grpc::ServerUnaryReactor* SystemSharedMemoryRegister(
+      grpc::CallbackServerContext* ctx, const inference::SystemSharedMemoryRegisterRequest* req,
+      inference::SystemSharedMemoryRegisterResponse* resp) override;
+  grpc::ServerUnaryReactor* SystemSharedMemoryUnregister(
+      grpc::CallbackServerContext* ctx, const inference::SystemSharedMemoryUnregisterRequest* req,
+      inference::SystemSharedMemoryUnregisterResponse* resp) override;
+  grpc::ServerUnaryReactor* CudaSharedMemoryStatus(
+      grpc::CallbackServerContext* ctx, const inference::CudaSharedMemoryStatusRequest* req,
+      inference::CudaSharedMemoryStatusResponse* resp) override;
+  grpc::ServerUnaryReactor* CudaSharedMemoryRegister(
+      grpc::CallbackServerContext* ctx, const inference::CudaSharedMemoryRegisterRequest* req,
+      inference::CudaSharedMemoryRegisterResponse* resp) override;
+  grpc::ServerUnaryReactor* CudaSharedMemoryUnregister(
+      grpc::CallbackServerContext* ctx, const inference::CudaSharedMemoryUnregisterRequest* req,
+      inference::CudaSharedMemoryUnregisterResponse* resp) override;
+
+  absl::Status RefuseUnparsed(grpc::CallbackServerContext* ctx, absl::string_view rpc,
+                              const absl::Status& parse) {
+    return ops_.RefuseUnparsed(ctx, rpc, parse);
+  }
+
+  OpServeService& ops() { return ops_; }
+  SharedMemoryRegistry& regions() { return regions_; }
+
+ private:
+  // Runs `body` for the caller's tenant (UNAUTHENTICATED first when the token is wrong), counts
+  // the call under `rpc` and finishes it with body's status.
+  grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, absl::string_view rpc,
+                                  const std::function<absl::Status(const std::string&)>& body);
+
+  OpServeService& ops_;
+  const std::function<bool()> ready_;
+  SharedMemoryRegistry regions_;
+};
+
+// The protocol's datatype names of opserve's dtypes: FP32, INT32, INT64, BF16.
+absl::string_view DatatypeName(DType dtype);
+std::optional<DType> DatatypeFromName(absl::string_view name);
+
+// "" and "1" name an op model's or saved graph's one version; NOT_FOUND for any other.
+absl::Status CheckModelVersion(absl::string_view model, absl::string_view version);
+
+}  // namespace opserve

@@ -1,0 +1,372 @@
+// The Open Inference Protocol beside opserve.v1, through stubs generated from
+// proto/inference/grpc_service.proto: every op model on every algorithm and dtype ListOps lists
+// (checked against the op table's CPU reference, in this process), a saved graph, stored tensors
+// in and out, system shared memory in and out, and refusals that change nothing. On the CPU in
+// `make test`, on the GPU in the GPU suite (OPSERVE_TEST_DEVICE=cuda). tests/python/kserve_test.py
+// covers the same ground from Python, written from the specification.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+
+#include "inference/grpc_service.grpc.pb.h"
+#include "server/engine/cpu_backend.h"
+#include "tests/e2e/e2e_fixture.h"
+#include "tests/support/request_builders.h"
+#include "tests/support/result_check.h"
+
+namespace opserve::e2e {
+namespace {
+
+using inference::GRPCInferenceService;
+using test_support::Node;
+using inference::ModelInferRequest;
+using inference::ModelInferResponse;
+
+const char* Datatype(v1::DType d) {
+  switch (d) {
+    case v1::FLOAT32: return "FP32";
+    case v1::INT32: return "INT32";
+    case v1::INT64: return "INT64";
+    case v1::BFLOAT16: return "BF16";
+    default: return "?";
+  }
+}
+
+// Inputs an op's arithmetic can check: floats in [-1, 1), small integers, bf16 of small floats.
+client::HostTensor Input(v1::DType dtype, std::vector<int64_t> shape, std::mt19937_64& rng) {
+  client::HostTensor f = RandomFloats(shape, rng);
+  if (dtype == v1::FLOAT32) return f;
+  client::HostTensor t{dtype, shape, {}};
+  const size_t n = f.data.size() / 4;
+  t.data.resize(n * client::DTypeSize(dtype));
+  std::uniform_int_distribution<int> v(-8, 8);
+  for (size_t i = 0; i < n; ++i) {
+    float x;
+    std::memcpy(&x, f.data.data() + 4 * i, 4);
+    if (dtype == v1::INT32) reinterpret_cast<int32_t*>(t.data.data())[i] = v(rng);
+    if (dtype == v1::INT64) reinterpret_cast<int64_t*>(t.data.data())[i] = int64_t{v(rng)} << 33;
+    if (dtype == v1::BFLOAT16) {
+      uint32_t bits;
+      std::memcpy(&bits, &x, 4);
+      reinterpret_cast<uint16_t*>(t.data.data())[i] = static_cast<uint16_t>(bits >> 16);
+    }
+  }
+  return t;
+}
+
+// The op table's CPU reference row on `in`, in this process.
+std::string Reference(const OpSpec& op, const std::vector<client::HostTensor>& in, TensorMeta* out) {
+  std::vector<TensorMeta> metas;
+  std::vector<const void*> ptrs;
+  for (const auto& t : in) {
+    metas.push_back({static_cast<DType>(t.dtype), t.shape});
+    ptrs.push_back(t.data.data());
+  }
+  *out = *op.infer(metas);
+  std::string bytes(out->Bytes(), '\0');
+  static Backend* const cpu = MakeCpuBackend(0).release();
+  static ExecEnv* const env = cpu->NewExecEnv()->release();
+  AttrMap attrs;
+  KernelArgs args{ptrs, metas, bytes.data(), *out, attrs, *env};
+  EXPECT_TRUE(CpuReference(op.name)->run(args).ok());
+  (void)env->Finish(0);
+  return bytes;
+}
+
+void AddRaw(ModelInferRequest& req, const std::string& name, const client::HostTensor& t) {
+  auto* in = req.add_inputs();
+  in->set_name(name);
+  in->set_datatype(Datatype(t.dtype));
+  for (int64_t d : t.shape) in->add_shape(d);
+  req.add_raw_input_contents(t.data);
+}
+
+class KServeTest : public OpserveTest {
+ protected:
+  void SetUp() override {
+    OpserveTest::SetUp();
+    stub_ = GRPCInferenceService::NewStub(
+        grpc::CreateChannel(server().target(), grpc::InsecureChannelCredentials()));
+  }
+  grpc::Status Infer(const ModelInferRequest& req, ModelInferResponse* resp) {
+    grpc::ClientContext ctx;
+    return stub_->ModelInfer(&ctx, req, resp);
+  }
+  std::unique_ptr<GRPCInferenceService::Stub> stub_;
+};
+
+TEST_F(KServeTest, HealthAndMetadata) {
+  grpc::ClientContext c1, c2, c3, c4;
+  inference::ServerLiveResponse live;
+  ASSERT_TRUE(stub_->ServerLive(&c1, {}, &live).ok());
+  EXPECT_TRUE(live.live());
+  inference::ServerReadyResponse ready;
+  ASSERT_TRUE(stub_->ServerReady(&c2, {}, &ready).ok());
+  EXPECT_TRUE(ready.ready());
+  inference::ServerMetadataResponse meta;
+  ASSERT_TRUE(stub_->ServerMetadata(&c3, {}, &meta).ok());
+  EXPECT_EQ(meta.name(), "opserve");
+  std::set<std::string> ext(meta.extensions().begin(), meta.extensions().end());
+  EXPECT_TRUE(ext.count("system_shared_memory"));
+  EXPECT_EQ(ext.count("cuda_shared_memory"), Device() == "cuda" ? 1u : 0u);
+  inference::RepositoryIndexResponse index;
+  ASSERT_TRUE(stub_->RepositoryIndex(&c4, {}, &index).ok());
+  std::set<std::string> models;
+  for (const auto& m : index.models()) models.insert(m.name());
+  for (const OpSpec& op : Ops()) EXPECT_TRUE(models.count(std::string(op.name))) << op.name;
+}
+
+// Every (op, algorithm, dtype) ListOps lists, through ModelInfer with `algorithm` set, against
+// the CPU reference; the response names the algorithm that ran.
+TEST_F(KServeTest, EveryOpModelAlgorithmAndDtypeMatchesTheReference) {
+  auto ops = client().ListOps();
+  ASSERT_TRUE(ops.ok()) << ops.status();
+  int ran = 0;
+  for (const v1::OpInfo& info : ops->ops()) {
+    const OpSpec& op = *FindOp(info.name());
+    for (const v1::AlgorithmInfo& algo : info.algorithms()) {
+      for (int d : algo.dtypes()) {
+        const auto dtype = static_cast<v1::DType>(d);
+        SCOPED_TRACE(absl::StrCat(info.name(), "/", algo.name(), " ", Datatype(dtype)));
+        std::vector<client::HostTensor> in;
+        for (const auto& shape : op.test.small_shapes.front()) in.push_back(Input(dtype, shape, rng_));
+        ModelInferRequest req;
+        req.set_model_name(info.name());
+        req.set_id("r1");
+        (*req.mutable_parameters())["algorithm"].set_string_param(algo.name());
+        const char* names[] = {"a", "b"};
+        for (size_t i = 0; i < in.size(); ++i) AddRaw(req, in.size() == 1 ? "x" : names[i], in[i]);
+        ModelInferResponse resp;
+        grpc::Status s = Infer(req, &resp);
+        ASSERT_TRUE(s.ok()) << s.error_message();
+        EXPECT_EQ(resp.id(), "r1");
+        ASSERT_EQ(resp.outputs_size(), 1);
+        ASSERT_EQ(resp.raw_output_contents_size(), 1);
+        EXPECT_EQ(resp.outputs(0).name(), "y");
+        TensorMeta out;
+        const std::string want = Reference(op, in, &out);
+        EXPECT_EQ(resp.outputs(0).datatype(), Datatype(static_cast<v1::DType>(out.dtype)));
+        EXPECT_EQ(std::vector<int64_t>(resp.outputs(0).shape().begin(), resp.outputs(0).shape().end()),
+                  out.shape);
+        const std::string& got = resp.raw_output_contents(0);
+        ASSERT_EQ(got.size(), want.size());
+        std::vector<TensorMeta> metas;
+        std::vector<const void*> ptrs;
+        for (const auto& t : in) {
+          metas.push_back({static_cast<DType>(t.dtype), t.shape});
+          ptrs.push_back(t.data.data());
+        }
+        const auto ran_algo = resp.parameters().at("algorithm").string_param();
+        EXPECT_EQ(ran_algo, algo.name());
+        EXPECT_TRUE(CheckResult({op, metas, ptrs, out, got.data(), want.data()}, ran_algo).ok());
+        EXPECT_GE(resp.parameters().at("kernel_us").double_param(), 0);
+        ++ran;
+      }
+    }
+  }
+  EXPECT_GT(ran, 10);
+}
+
+// FP32 `contents` instead of raw bytes; an unknown algorithm, model, input, datatype, a byte
+// count that disagrees with the shape: each refused, naming the culprit.
+TEST_F(KServeTest, TypedContentsAndRefusals) {
+  ModelInferRequest req;
+  req.set_model_name("row_sum");
+  auto* in = req.add_inputs();
+  in->set_name("x");
+  in->set_datatype("FP32");
+  in->add_shape(2);
+  in->add_shape(3);
+  for (float v : {1.f, 2.f, 3.f, 4.f, 5.f, 6.f}) in->mutable_contents()->add_fp32_contents(v);
+  ModelInferResponse resp;
+  ASSERT_TRUE(Infer(req, &resp).ok());
+  std::vector<float> y(2);
+  ASSERT_EQ(resp.raw_output_contents(0).size(), 8u);
+  std::memcpy(y.data(), resp.raw_output_contents(0).data(), 8);
+  EXPECT_EQ(y, (std::vector<float>{6.f, 15.f}));
+
+  auto refused = [&](ModelInferRequest r, grpc::StatusCode code, const std::string& names) {
+    ModelInferResponse out;
+    grpc::Status s = Infer(r, &out);
+    EXPECT_EQ(s.error_code(), code) << s.error_message();
+    EXPECT_NE(s.error_message().find(names), std::string::npos) << s.error_message();
+  };
+  ModelInferRequest r = req;
+  (*r.mutable_parameters())["algorithm"].set_string_param("no_such_algo");
+  refused(r, grpc::StatusCode::INVALID_ARGUMENT, "no_such_algo");
+  r = req;
+  r.set_model_name("no_such_model");
+  refused(r, grpc::StatusCode::NOT_FOUND, "no_such_model");
+  r = req;
+  r.set_model_version("2");
+  refused(r, grpc::StatusCode::NOT_FOUND, "'2'");
+  r = req;
+  r.mutable_inputs(0)->set_name("z");
+  refused(r, grpc::StatusCode::INVALID_ARGUMENT, "'z'");
+  r = req;
+  r.mutable_inputs(0)->set_datatype("FP16");
+  refused(r, grpc::StatusCode::INVALID_ARGUMENT, "FP16");
+  r = req;
+  r.mutable_inputs(0)->set_shape(1, 4);
+  refused(r, grpc::StatusCode::INVALID_ARGUMENT, "'x'");
+  r = req;
+  r.clear_inputs();
+  refused(r, grpc::StatusCode::INVALID_ARGUMENT, "'x'");
+  r = req;
+  r.add_outputs()->set_name("w");
+  refused(r, grpc::StatusCode::INVALID_ARGUMENT, "'w'");
+}
+
+// A graph saved with opserve.v1 runs as a model and answers as Execute does; a stored tensor
+// feeds it, and its output is kept on the server.
+TEST_F(KServeTest, SavedGraphWithStoredInputAndStoredOutput) {
+  const int64_t n = 64;
+  client::HostTensor a = RandomFloats({n, n}, rng_), b = RandomFloats({n, n}, rng_);
+  ASSERT_TRUE(client().PutTensor("A", a, false).ok());
+  v1::ExecuteRequest graph;
+  AddNode(graph, "mm", "matmul", {Inline("a"), Inline("b")});
+  AddNode(graph, "t", "transpose", {Node("mm")});
+  AddNode(graph, "mean", "row_mean", {Node("t")});
+  AddOutput(graph, "mean", true);
+  // a: [-1, n] (any number of rows), b: [n, n].
+  for (const char* name : {"a", "b"}) {
+    v1::Tensor& t = (*graph.mutable_inline_tensors())[name];
+    t.set_dtype(v1::FLOAT32);
+    t.add_shape(name[0] == 'a' ? -1 : n);
+    t.add_shape(n);
+  }
+  auto channel = grpc::CreateChannel(server().target(), grpc::InsecureChannelCredentials());
+  auto ops = v1::OpServe::NewStub(channel);
+  {
+    grpc::ClientContext ctx;
+    v1::SaveGraphRequest save;
+    save.set_name("g");
+    *save.mutable_graph() = graph;
+    v1::SaveGraphResponse saved;
+    grpc::Status s = ops->SaveGraph(&ctx, save, &saved);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    ASSERT_EQ(saved.info().outputs_size(), 1);
+    EXPECT_EQ(saved.info().outputs(0).name(), "mean");
+    // row_mean(transpose(a @ b)) has one element per column of b: n, whatever a's rows.
+    EXPECT_EQ(std::vector<int64_t>(saved.info().outputs(0).shape().begin(),
+                                   saved.info().outputs(0).shape().end()),
+              std::vector<int64_t>{n});
+  }
+  ModelInferRequest req;
+  req.set_model_name("g");
+  auto* in_a = req.add_inputs();
+  in_a->set_name("a");
+  in_a->set_datatype("FP32");
+  in_a->add_shape(n);
+  in_a->add_shape(n);
+  (*in_a->mutable_parameters())["opserve_stored_tensor"].set_string_param("A");
+  AddRaw(req, "b", b);
+  auto* out = req.add_outputs();
+  out->set_name("mean");
+  (*out->mutable_parameters())["opserve_store_as"].set_string_param("MEAN");
+  ModelInferResponse resp;
+  grpc::Status s = Infer(req, &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_TRUE(resp.parameters().count("mm.algorithm"));
+  EXPECT_TRUE(resp.raw_output_contents(0).empty());
+  // The same graph through Execute, with the same algorithms.
+  v1::ExecuteRequest exec = graph;
+  exec.mutable_inline_tensors()->clear();
+  exec.mutable_nodes(0)->mutable_inputs(0)->set_stored("A");
+  AddInline(exec, "b", b);
+  auto want = client().Execute(exec);
+  ASSERT_TRUE(want.ok()) << want.status();
+  auto kept = client().GetTensor("MEAN");
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  if (Device() == "cpu") EXPECT_TRUE(kept->data == want->outputs(0).tensor().data());
+  std::vector<float> x = Floats(kept->data), y = Floats(want->outputs(0).tensor().data());
+  ASSERT_EQ(x.size(), y.size());
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(x[i], y[i], 1e-4) << i;
+}
+
+// Inputs and outputs in a POSIX shared memory region the test maps too.
+TEST_F(KServeTest, SystemSharedMemoryInAndOut) {
+  const int64_t rows = 512, cols = 1024;
+  const uint64_t in_bytes = rows * cols * 4, out_bytes = rows * 4;
+  const std::string key = "/opserve_kserve_test_" + std::to_string(getpid());
+  const int fd = shm_open(key.c_str(), O_CREAT | O_RDWR, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, in_bytes + 4096 + out_bytes), 0);
+  char* map = static_cast<char*>(
+      mmap(nullptr, in_bytes + 4096 + out_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  close(fd);
+  ASSERT_NE(map, MAP_FAILED);
+  client::HostTensor x = RandomFloats({rows, cols}, rng_);
+  std::memcpy(map, x.data.data(), in_bytes);
+  grpc::ClientContext c1;
+  inference::SystemSharedMemoryRegisterRequest reg;
+  reg.set_name("r");
+  reg.set_key(key);
+  reg.set_byte_size(in_bytes + 4096 + out_bytes);
+  inference::SystemSharedMemoryRegisterResponse reg_resp;
+  grpc::Status s = stub_->SystemSharedMemoryRegister(&c1, reg, &reg_resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+
+  ModelInferRequest req;
+  req.set_model_name("row_mean");
+  auto* in = req.add_inputs();
+  in->set_name("x");
+  in->set_datatype("FP32");
+  in->add_shape(rows);
+  in->add_shape(cols);
+  (*in->mutable_parameters())["shared_memory_region"].set_string_param("r");
+  (*in->mutable_parameters())["shared_memory_byte_size"].set_int64_param(in_bytes);
+  auto* out = req.add_outputs();
+  out->set_name("y");
+  (*out->mutable_parameters())["shared_memory_region"].set_string_param("r");
+  (*out->mutable_parameters())["shared_memory_offset"].set_int64_param(in_bytes + 4096);
+  (*out->mutable_parameters())["shared_memory_byte_size"].set_int64_param(out_bytes);
+  ModelInferResponse resp;
+  s = Infer(req, &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_TRUE(resp.raw_output_contents(0).empty());
+  TensorMeta meta;
+  const std::string want = Reference(*FindOp("row_mean"), {x}, &meta);
+  std::vector<TensorMeta> metas = {{DType::kFloat32, x.shape}};
+  std::vector<const void*> ptrs = {x.data.data()};
+  EXPECT_TRUE(CheckResult({*FindOp("row_mean"), metas, ptrs, meta, map + in_bytes + 4096, want.data()},
+                          resp.parameters().at("algorithm").string_param())
+                  .ok());
+
+  // Past the region's end, and a size that is not the tensor's: refused, nothing written.
+  std::memset(map + in_bytes + 4096, 0x7f, out_bytes);
+  ModelInferRequest bad = req;
+  (*bad.mutable_outputs(0)->mutable_parameters())["shared_memory_offset"].set_int64_param(in_bytes + 8192);
+  s = Infer(bad, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_NE(s.error_message().find("'r'"), std::string::npos) << s.error_message();
+  bad = req;
+  (*bad.mutable_inputs(0)->mutable_parameters())["shared_memory_byte_size"].set_int64_param(in_bytes - 4);
+  s = Infer(bad, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_EQ(static_cast<unsigned char>(map[in_bytes + 4096]), 0x7fu);
+
+  grpc::ClientContext c2, c3, c4;
+  inference::SystemSharedMemoryStatusResponse status;
+  ASSERT_TRUE(stub_->SystemSharedMemoryStatus(&c2, {}, &status).ok());
+  EXPECT_EQ(status.regions().at("r").key(), key);
+  inference::SystemSharedMemoryRegisterResponse again;
+  EXPECT_EQ(stub_->SystemSharedMemoryRegister(&c3, reg, &again).error_code(),
+            grpc::StatusCode::ALREADY_EXISTS);
+  inference::SystemSharedMemoryUnregisterRequest unreg;
+  unreg.set_name("r");
+  inference::SystemSharedMemoryUnregisterResponse unreg_resp;
+  EXPECT_TRUE(stub_->SystemSharedMemoryUnregister(&c4, unreg, &unreg_resp).ok());
+  s = Infer(req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
+  munmap(map, in_bytes + 4096 + out_bytes);
+  shm_unlink(key.c_str());
+}
+
+}  // namespace
+}  // namespace opserve::e2e
