@@ -254,6 +254,7 @@ absl::Status InferCall::AddInput(int i, const ModelInput& model_input, const std
     }
     if (auto sys = inf_.regions().system.Find(tenant, region); sys.ok()) {
       RETURN_IF_ERROR(CheckRegionRange(region, (*sys)->byte_size(), offset, bytes));
+      RETURN_IF_ERROR((*sys)->CheckObjectCovers(region, offset, bytes));
       t.data = absl::string_view((*sys)->data() + offset, bytes);
       system_holds_.push_back(*std::move(sys));
     } else {
@@ -347,6 +348,7 @@ absl::Status InferCall::AddOutputs(
       ASSIGN_OR_RETURN(out.byte_size, SizeParam(o.parameters(), "shared_memory_byte_size", what, true));
       if (auto sys = inf_.regions().system.Find(tenant, out.region); sys.ok()) {
         RETURN_IF_ERROR(CheckRegionRange(out.region, (*sys)->byte_size(), out.offset, out.byte_size));
+        RETURN_IF_ERROR((*sys)->CheckObjectCovers(out.region, out.offset, out.byte_size));
         go.return_inline = true;
         go.host_dest = (*sys)->data() + out.offset;
         go.host_dest_bytes = out.byte_size;

@@ -33,7 +33,12 @@ void OpMetadata(const OpSpec& op, const Backend& backend, inference::ModelMetada
   resp->set_platform("opserve_op");
   const std::vector<DType> dtypes = DTypesFor(op.name, backend);
   const DType dtype = dtypes.empty() ? DType::kFloat32 : dtypes.front();
-  const std::vector<std::vector<int64_t>>& shapes = op.test.small_shapes.front();
+  // The typical case of the highest rank (sum takes any rank; [] would read as a scalar).
+  const std::vector<std::vector<int64_t>>* best = &op.test.small_shapes.front();
+  for (const auto& c : op.test.small_shapes) {
+    if (c.front().size() > best->front().size()) best = &c;
+  }
+  const std::vector<std::vector<int64_t>>& shapes = *best;
   const std::vector<std::string> names = OpInputs(op);
   std::vector<TensorMeta> metas;
   for (size_t i = 0; i < names.size(); ++i) {
@@ -49,6 +54,13 @@ void OpMetadata(const OpSpec& op, const Backend& backend, inference::ModelMetada
     out->set_datatype(std::string(DatatypeName(meta->dtype)));
     for (size_t d = 0; d < meta->shape.size(); ++d) out->add_shape(-1);
   }
+}
+
+// The CUDA shared-memory extension exists on the CUDA backend only (ServerMetadata says so).
+absl::Status NeedsCuda(const Backend& backend) {
+  if (backend.name() == "cuda") return absl::OkStatus();
+  return absl::UnimplementedError(absl::StrCat(
+      "CUDA shared memory needs the CUDA backend; this server runs on ", backend.device()));
 }
 
 void GraphTensorMetadata(const v1::GraphTensor& t,
@@ -257,6 +269,7 @@ grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryStatus(
     grpc::CallbackServerContext* ctx, const inference::CudaSharedMemoryStatusRequest* req,
     inference::CudaSharedMemoryStatusResponse* resp) {
   return Unary(ctx, "CudaSharedMemoryStatus", [&](const std::string& tenant) -> absl::Status {
+    RETURN_IF_ERROR(NeedsCuda(ops_.backend()));
     auto regions = regions_.cuda.List(tenant, req->name());
     if (!req->name().empty() && regions.empty()) {
       return absl::NotFoundError(absl::StrCat("no CUDA shared memory region ", Quote(req->name())));
@@ -275,6 +288,7 @@ grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryRegister(
     grpc::CallbackServerContext* ctx, const inference::CudaSharedMemoryRegisterRequest* req,
     inference::CudaSharedMemoryRegisterResponse*) {
   return Unary(ctx, "CudaSharedMemoryRegister", [&](const std::string& tenant) -> absl::Status {
+    RETURN_IF_ERROR(NeedsCuda(ops_.backend()));
     RETURN_IF_ERROR(CheckTensorName(req->name(), "CUDA shared memory region"));
     if (regions_.cuda.Find(tenant, req->name()).ok()) {
       return absl::AlreadyExistsError(
@@ -303,6 +317,7 @@ grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryUnregister(
     grpc::CallbackServerContext* ctx, const inference::CudaSharedMemoryUnregisterRequest* req,
     inference::CudaSharedMemoryUnregisterResponse*) {
   return Unary(ctx, "CudaSharedMemoryUnregister", [&](const std::string& tenant) {
+    RETURN_IF_ERROR(NeedsCuda(ops_.backend()));
     return regions_.cuda.Erase(tenant, req->name(), RefuseIfInUse<CudaRegion>).status();
   });
 }

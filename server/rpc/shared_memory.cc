@@ -52,7 +52,7 @@ absl::StatusOr<std::shared_ptr<SystemRegion>> SystemRegion::Map(Backend& backend
   void* map = mmap(nullptr, region->map_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
                    static_cast<off_t>(map_offset));
   const int err = errno;
-  close(fd);  // the mapping keeps the object
+  region->fd_ = fd;
   if (map == MAP_FAILED) {
     return absl::ResourceExhaustedError(
         absl::StrCat("mmap of shared memory ", Quote(region->key_), ": ", std::strerror(err)));
@@ -71,6 +71,24 @@ absl::StatusOr<std::shared_ptr<SystemRegion>> SystemRegion::Map(Backend& backend
 SystemRegion::~SystemRegion() {
   if (pinned_) backend_.UnregisterHostMemory(map_);
   if (map_ != nullptr) munmap(map_, map_bytes_);
+  if (fd_ >= 0) close(fd_);
+}
+
+absl::Status SystemRegion::CheckObjectCovers(absl::string_view region, uint64_t offset,
+                                             uint64_t bytes) const {
+  struct stat st {};
+  if (fstat(fd_, &st) != 0) {
+    return absl::InternalError(absl::StrCat("fstat of shared memory ", Quote(key_), ": ",
+                                            std::strerror(errno)));
+  }
+  const uint64_t end = offset_ + offset + bytes;
+  if (end > static_cast<uint64_t>(st.st_size)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shared memory region ", Quote(region), ": its object ", Quote(key_), " now has ",
+        st.st_size, " bytes, and offset ", offset, " + byte_size ", bytes,
+        " ends past them (at byte ", end, " of the object); was it truncated after registering?"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CheckRegionRange(absl::string_view region, uint64_t region_bytes, uint64_t offset,

@@ -26,6 +26,11 @@ class SystemRegion {
   SystemRegion(const SystemRegion&) = delete;
   SystemRegion& operator=(const SystemRegion&) = delete;
 
+  // [offset, offset + bytes) of the region (checked by CheckRegionRange) still lies inside its
+  // object: a client can truncate the object after registering it, and touching a mapped page
+  // past the object's end raises SIGBUS. Checked at each use.
+  absl::Status CheckObjectCovers(absl::string_view region, uint64_t offset, uint64_t bytes) const;
+
   const std::string& key() const { return key_; }
   uint64_t offset() const { return offset_; }
   uint64_t byte_size() const { return byte_size_; }
@@ -38,6 +43,7 @@ class SystemRegion {
   Backend& backend_;
   const std::string key_;
   const uint64_t offset_, byte_size_;
+  int fd_ = -1;  // kept open for CheckObjectCovers
   void* map_ = nullptr;
   uint64_t map_bytes_ = 0;
   char* data_ = nullptr;

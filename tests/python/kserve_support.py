@@ -1,0 +1,311 @@
+"""What kserve_test.py needs that is not a test: stubs generated at test time, a real server,
+POSIX shared memory, datatype conversions and numpy references. Written from
+proto/inference/grpc_service.proto, proto/opserve/v1/opserve.proto and README.md's "Open
+Inference Protocol (KServe v2)" section alone. Not a test itself.
+"""
+
+import mmap
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import grpc
+import numpy as np
+
+STARTUP_SECONDS = 60
+MiB = 1 << 20
+UNLIMITED = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+K = KG = O = OG = R = RG = None  # the generated modules (generate_stubs): inference, opserve.v1, reflection
+FP32_U = 2.0 ** -24
+
+# The part of grpc/reflection/v1alpha/reflection.proto a list_services call needs (field numbers
+# as published); python3-grpcio has no grpc_reflection module.
+REFLECTION_PROTO = """syntax = "proto3";
+package grpc.reflection.v1alpha;
+service ServerReflection {
+  rpc ServerReflectionInfo(stream ServerReflectionRequest) returns (stream ServerReflectionResponse);
+}
+message ServerReflectionRequest {
+  string host = 1;
+  oneof message_request { string file_containing_symbol = 4; string list_services = 7; }
+}
+message ServiceResponse { string name = 1; }
+message ListServiceResponse { repeated ServiceResponse service = 1; }
+message ErrorResponse { int32 error_code = 1; string error_message = 2; }
+message ServerReflectionResponse {
+  string valid_host = 1;
+  ServerReflectionRequest original_request = 2;
+  oneof message_response { ListServiceResponse list_services_response = 6; ErrorResponse error_response = 7; }
+}
+"""
+
+
+def _tool(name):
+    path = shutil.which(name) or (f"/usr/bin/{name}" if os.path.exists(f"/usr/bin/{name}") else None)
+    if not path:
+        raise RuntimeError(f"{name} not found (Debian: protobuf-compiler protobuf-compiler-grpc)")
+    return path
+
+
+def generate_stubs(proto_root, out_dir):
+    """(kserve pb2, kserve grpc, opserve pb2, opserve grpc, reflection pb2, reflection grpc),
+    generated with protoc and grpc_python_plugin into out_dir."""
+    shutil.rmtree(out_dir, ignore_errors=True)
+    refl_root = os.path.join(out_dir, "refl_src")
+    os.makedirs(os.path.join(refl_root, "kv_reflection"))
+    with open(os.path.join(refl_root, "kv_reflection", "reflection.proto"), "w") as f:
+        f.write(REFLECTION_PROTO)
+    protoc, plugin = _tool("protoc"), _tool("grpc_python_plugin")
+    for root, proto in ((proto_root, "inference/grpc_service.proto"),
+                        (proto_root, "opserve/v1/opserve.proto"),
+                        (refl_root, "kv_reflection/reflection.proto")):
+        subprocess.run([protoc, f"-I{root}", f"--python_out={out_dir}", f"--grpc_python_out={out_dir}",
+                        f"--plugin=protoc-gen-grpc_python={plugin}", os.path.join(root, proto)], check=True)
+    sys.path.insert(0, out_dir)
+    from inference import grpc_service_pb2, grpc_service_pb2_grpc  # noqa: E402 - generated now
+    from opserve.v1 import opserve_pb2, opserve_pb2_grpc  # noqa: E402
+    from kv_reflection import reflection_pb2, reflection_pb2_grpc  # noqa: E402
+    global K, KG, O, OG, R, RG
+    K, KG, O, OG, R, RG = (grpc_service_pb2, grpc_service_pb2_grpc, opserve_pb2, opserve_pb2_grpc,
+                           reflection_pb2, reflection_pb2_grpc)
+    return K, KG, O, OG, R, RG
+
+
+class Server:
+    """opserve --device=cpu --port=0; the port is read from its 'listening on HOST:PORT' line."""
+
+    def __init__(self, binary, directory, name, extra_args=()):
+        os.makedirs(directory, exist_ok=True)
+        self.log_path = os.path.join(directory, f"{name}.log")
+        with open(self.log_path, "w") as log:
+            self.process = subprocess.Popen(
+                [binary, "--host=127.0.0.1", "--port=0", "--metrics_port=-1", "--device=cpu", *extra_args],
+                stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + STARTUP_SECONDS
+        while True:
+            match = re.search(r"listening on \S*:(\d+)", self.log())
+            if match:
+                self.target = f"127.0.0.1:{match.group(1)}"
+                return
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"opserve did not start (exit {self.process.returncode}):\n{self.log()}")
+            time.sleep(0.05)
+
+    def log(self):
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=STARTUP_SECONDS)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+
+# ---- messages and a client ----
+
+def P(value):
+    """An InferParameter of value's type."""
+    if isinstance(value, bool):
+        return K.InferParameter(bool_param=value)
+    if isinstance(value, int):
+        return K.InferParameter(int64_param=value)
+    if isinstance(value, float):
+        return K.InferParameter(double_param=value)
+    return K.InferParameter(string_param=value)
+
+
+def In(name, datatype, shape, data=None, typed=False, **params):
+    """(input tensor message, raw bytes or None). typed: data goes in `contents` instead."""
+    t = K.ModelInferRequest.InferInputTensor(name=name, datatype=datatype, shape=list(shape),
+                                             parameters={k: P(v) for k, v in params.items()})
+    if data is None or not typed:
+        return t, (None if data is None else np.ascontiguousarray(data).tobytes())
+    flat = np.asarray(data).ravel().tolist()
+    field = {"FP32": "fp32_contents", "INT32": "int_contents", "INT64": "int64_contents"}[datatype]
+    getattr(t.contents, field).extend(flat)
+    return t, None
+
+
+def Out(name, **params):
+    return K.ModelInferRequest.InferRequestedOutputTensor(name=name, parameters={k: P(v) for k, v in params.items()})
+
+
+def request(model, inputs, outputs=None, version="", **params):
+    return K.ModelInferRequest(model_name=model, model_version=version, inputs=[t for t, _ in inputs],
+                               outputs=outputs or [], parameters={k: P(v) for k, v in params.items()},
+                               raw_input_contents=[raw for _, raw in inputs if raw is not None])
+
+
+class Client:
+    """Both services' stubs on one channel, every call with this tenant's token (if any)."""
+
+    def __init__(self, target, token=None):
+        self.channel = grpc.insecure_channel(target, options=UNLIMITED)
+        grpc.channel_ready_future(self.channel).result(timeout=STARTUP_SECONDS)
+        self.k, self.o = KG.GRPCInferenceServiceStub(self.channel), OG.OpServeStub(self.channel)
+        self.md = [("authorization", f"Bearer {token}")] if token else None
+
+    def __getattr__(self, rpc):  # client.ModelInfer(req) -> either service, with the token
+        stub = self.k if hasattr(self.k, rpc) else self.o
+        method = getattr(stub, rpc)
+        return lambda req, **kw: method(req, metadata=self.md, timeout=kw.pop("timeout", 120), **kw)
+
+    def put(self, name, datatype, array, overwrite=False):
+        dtype = {"FP32": O.FLOAT32, "INT32": O.INT32, "INT64": O.INT64, "BF16": O.BFLOAT16}[datatype]
+        data = np.ascontiguousarray(array).tobytes()
+
+        def stream():
+            yield O.PutTensorRequest(header=O.PutTensorHeader(name=name, dtype=dtype, shape=list(array.shape),
+                                                              overwrite=overwrite))
+            for i in range(0, len(data), 65536):
+                yield O.PutTensorRequest(chunk=data[i:i + 65536])
+        return self.PutTensor(stream())
+
+    def get(self, name):
+        messages = list(self.GetTensor(O.GetTensorRequest(name=name)))
+        info = messages[0].info
+        return info, b"".join(m.chunk for m in messages[1:])
+
+    def state(self):
+        """What a failed request must leave as it was: regions, stored tensors, saved graphs."""
+        regions = {n: (r.key, r.offset, r.byte_size) for n, r in
+                   self.SystemSharedMemoryStatus(K.SystemSharedMemoryStatusRequest()).regions.items()}
+        tensors = sorted((t.name, tuple(t.shape), t.dtype) for t in self.ListTensors(O.ListTensorsRequest()).tensors)
+        graphs = sorted(g.name for g in self.ListGraphs(O.ListGraphsRequest()).graphs)
+        return regions, tensors, graphs
+
+
+class Shm:
+    """A POSIX shared-memory object made as shm_open would ('/dev/shm/NAME', key '/NAME'), mapped
+    here; `array(dtype, shape, offset)` views its bytes."""
+
+    def __init__(self, name, size):
+        self.key = "/" + name
+        self.path = "/dev/shm/" + name
+        fd = os.open(self.path, os.O_CREAT | os.O_RDWR | os.O_TRUNC, 0o600)
+        try:
+            os.ftruncate(fd, size)
+            self.map = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        self.size = size
+
+    def array(self, dtype, shape, offset=0):
+        count = int(np.prod(shape))
+        return np.frombuffer(self.map, dtype=dtype, count=count, offset=offset).reshape(shape)
+
+    def close(self):
+        try:
+            self.map.close()
+        except BufferError:  # a numpy view still alive: the unlink below is what matters
+            pass
+        if os.path.exists(self.path):
+            os.unlink(self.path)
+
+
+# ---- datatypes ----
+
+NUMPY = {"FP32": np.float32, "INT32": np.int32, "INT64": np.int64, "BF16": np.uint16}
+KSERVE_OF_DTYPE = {1: "FP32", 2: "INT32", 3: "INT64", 4: "BF16"}  # opserve.v1.DType numbers
+
+
+def to_bf16_bits(x):
+    """float32 -> bfloat16 bits, rounded to nearest even."""
+    bits = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def from_bf16_bits(bits):
+    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def random_input(rng, datatype, shape, big_ints=False):
+    """Fresh random data of a datatype, as it goes on the wire (BF16: uint16 bits)."""
+    if datatype == "FP32":
+        return rng.uniform(-1, 1, shape).astype(np.float32)
+    if datatype == "BF16":
+        return to_bf16_bits(rng.uniform(-1, 1, shape))
+    if datatype == "INT32":
+        bound = 2 ** 30 if big_ints else 1000
+        return rng.integers(-bound, bound, shape, dtype=np.int32)
+    bound = 2 ** 62 if big_ints else 10 ** 6
+    return rng.integers(-bound, bound, shape, dtype=np.int64)
+
+
+def as_float64(datatype, array):
+    return from_bf16_bits(array).astype(np.float64) if datatype == "BF16" else array.astype(np.float64)
+
+
+def reference(op, datatype, inputs):
+    """(output datatype, numpy reference) as README's "Ops and dtypes" table states it. Integer
+    sums are exact int64 (wrapping as numpy's); everything else is computed in float64."""
+    x = inputs[0]
+    integer = datatype in ("INT32", "INT64")
+    if op in ("sum", "row_sum"):
+        axis = None if op == "sum" else 1
+        if integer:
+            with np.errstate(over="ignore"):
+                return "INT64", np.asarray(np.sum(x.astype(np.int64), axis=axis))
+        return "FP32", np.asarray(np.sum(as_float64(datatype, x), axis=axis))
+    if op == "row_mean":
+        if integer:
+            return "FP32", np.sum(x.astype(np.int64), axis=1).astype(np.float64) / x.shape[1]
+        return "FP32", np.mean(as_float64(datatype, x), axis=1)
+    if op == "transpose":
+        return datatype, np.ascontiguousarray(x.T)
+    if op == "matmul":
+        return "FP32", as_float64(datatype, x) @ as_float64(datatype, inputs[1])
+    raise ValueError(op)
+
+
+def reduction_length(op, inputs):
+    if op == "sum":
+        return inputs[0].size
+    if op in ("row_sum", "row_mean"):
+        return inputs[0].shape[1]
+    if op == "matmul":
+        return inputs[0].shape[1]
+    return 1
+
+
+def decode(datatype, shape, raw):
+    return np.frombuffer(raw, dtype=NUMPY[datatype]).reshape(shape)
+
+
+def abs_reference(op, datatype, inputs):
+    """The reference computed on absolute values: what each element's rounding error scales with
+    (None where the output is exact: integers, transposes)."""
+    if datatype in ("INT32", "INT64") or op == "transpose":
+        return None
+    return reference(op, "FP32", [np.abs(as_float64(datatype, a)) for a in inputs])[1]
+
+
+def check_close(testcase, what, datatype_in, out_datatype, got, want, length, absref):
+    """Integers and transposes exact. Floats element by element: |got - want| <= rtol * absref
+    (the reference on absolute values; want itself where the inputs are not negative), rtol =
+    max(1e-5, 8 sqrt(length) u) for float32 accumulation over `length` terms, plus 1e-2 |want|
+    for BF16 inputs. NaN or Inf never passes where the reference is finite."""
+    testcase.assertEqual(tuple(got.shape), tuple(want.shape), f"{what}: shape")
+    if out_datatype in ("INT32", "INT64", "BF16") or want.dtype != np.float64:
+        testcase.assertTrue(np.array_equal(got, want), f"{what}: not exact:\n got {got}\nwant {want}")
+        return
+    got64 = got.astype(np.float64)
+    finite = np.isfinite(want)
+    testcase.assertTrue(np.all(np.isfinite(got64[finite])), f"{what}: non-finite output {got}")
+    rtol = max(1e-5, 8 * np.sqrt(length) * FP32_U)
+    bound = rtol * (np.abs(want) if absref is None else absref) + (1e-2 * np.abs(want) if datatype_in == "BF16" else 0)
+    excess = np.abs(got64 - want) - bound - 1e-30
+    worst = np.unravel_index(np.argmax(excess), excess.shape) if excess.size else ()
+    testcase.assertTrue(excess.size == 0 or excess[worst] <= 0,
+                        f"{what}: element {worst} is {got64[worst]!r}, reference {want[worst]!r}, "
+                        f"off by {abs(got64[worst] - want[worst]):.3g} > {bound[worst]:.3g}")
