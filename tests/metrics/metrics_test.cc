@@ -125,7 +125,7 @@ TEST(MetricsTest, EveryFamilyIsExportedWithItsType) {
   }
   // Made at start-up, every code of every RPC, so that rate() sees the first error of each.
   for (const char* rpc : {"PutTensor", "GetTensor", "DeleteTensor", "ListTensors", "Execute",
-                          "ListOps"}) {
+                          "ListOps", "SaveGraph", "DeleteGraph", "ListGraphs", "ModelInfer"}) {
     for (const char* code : {"OK", "CANCELLED", "INVALID_ARGUMENT", "NOT_FOUND", "INTERNAL",
                              "UNAVAILABLE", "UNAUTHENTICATED"}) {
       EXPECT_EQ(Value(text, "opserve_requests_total", {{"rpc", rpc}, {"code", code}}), 0)
@@ -133,7 +133,7 @@ TEST(MetricsTest, EveryFamilyIsExportedWithItsType) {
     }
     EXPECT_EQ(Value(text, "opserve_request_duration_seconds_count", {{"rpc", rpc}}), 0) << rpc;
   }
-  EXPECT_EQ(CountSeries(text, "opserve_requests_total"), 6 * 17);  // RPCs x gRPC codes
+  EXPECT_EQ(CountSeries(text, "opserve_requests_total"), 10 * 17);  // RPCs x gRPC codes
   EXPECT_EQ(Value(text, "opserve_transfer_bytes_total", {{"direction", "upload"}}), 0);
   EXPECT_EQ(Value(text, "opserve_transfer_bytes_total", {{"direction", "download"}}), 0);
   EXPECT_EQ(Value(text, "opserve_build_info", {{"version", OPSERVE_VERSION}, {"backend", "cpu"}}),

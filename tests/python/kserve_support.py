@@ -221,8 +221,12 @@ KSERVE_OF_DTYPE = {1: "FP32", 2: "INT32", 3: "INT64", 4: "BF16"}  # opserve.v1.D
 
 def to_bf16_bits(x):
     """float32 -> bfloat16 bits, rounded to nearest even."""
-    bits = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    a = np.asarray(x, dtype=np.float32)
+    # At least 1-D while shifting: a 0-d array's arithmetic gives numpy scalars, whose uint64 and
+    # Python-int operands promote to float64, which cannot shift.
+    bits = np.atleast_1d(a).view(np.uint32).astype(np.uint64)
+    rounded = (bits + np.uint64(0x7FFF) + ((bits >> np.uint64(16)) & np.uint64(1))) >> np.uint64(16)
+    return rounded.astype(np.uint16).reshape(a.shape)
 
 
 def from_bf16_bits(bits):

@@ -231,7 +231,7 @@ const MalformedKind kKinds[] = {
        AddOutput(r, "n", true);
        return Execute(c, r);
      }},
-    {"exec_unknown_algorithm", Code::kUnimplemented,
+    {"exec_unknown_algorithm", Code::kInvalidArgument,
      [](MalformedContext& c) {
        v1::ExecuteRequest r = Valid();
        r.mutable_nodes(0)->set_algorithm("no_such_algorithm");
