@@ -230,7 +230,9 @@ def to_bf16_bits(x):
 
 
 def from_bf16_bits(bits):
-    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+    b = np.asarray(bits, dtype=np.uint16)
+    wide = np.atleast_1d(b).astype(np.uint32) << np.uint32(16)  # 1-D: see to_bf16_bits
+    return wide.view(np.float32).reshape(b.shape)
 
 
 def random_input(rng, datatype, shape, big_ints=False):
