@@ -230,6 +230,11 @@ int main(int argc, char** argv) {
       ro.server_args = so.server_args;
       rep.replay = RunReplayBench(ro);
       PrintReplay(rep.replay);
+      KServeOptions ko;
+      ko.opserve_bin = so.opserve_bin;
+      ko.server_args = so.server_args;
+      rep.kserve = RunKServeBench(ko);
+      PrintKServe(rep.kserve);
     }
 #else
     rep.service.error = "built without the client library";
@@ -238,6 +243,7 @@ int main(int argc, char** argv) {
   AddTargets(rep);
   AddConcurrencyTargets(rep.load, rep);
   AddReplayTargets(rep.replay, rep);
+  AddKServeTargets(rep.kserve, rep);
   PrintReport(rep);
   // A sweep run writes only its own transpose_sweep.csv.
   if (!opt.out_dir.empty() && !opt.transpose_sweep && !WriteReport(rep, opt.out_dir)) return 1;

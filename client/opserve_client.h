@@ -78,6 +78,14 @@ class Client {
   // Receives the info and then the chunks straight into the returned tensor's buffer.
   absl::StatusOr<HostTensor> GetTensor(absl::string_view name, const CallOptions& call = {});
 
+  // The same through a POSIX shared-memory object this client creates for the call, registered
+  // with the server's Open Inference Protocol service (SystemSharedMemoryRegister) and named in
+  // the request instead of sending bytes: for a server on the same host. The object is
+  // unregistered and removed before the call returns (shm_transfer.cc).
+  absl::StatusOr<v1::TensorInfo> PutTensorShm(absl::string_view name, const HostTensor& tensor,
+                                              bool overwrite, const CallOptions& call = {});
+  absl::StatusOr<HostTensor> GetTensorShm(absl::string_view name, const CallOptions& call = {});
+
   absl::StatusOr<v1::TensorInfo> DeleteTensor(absl::string_view name, const CallOptions& call = {});
   absl::StatusOr<std::vector<v1::TensorInfo>> ListTensors(const CallOptions& call = {});
   absl::StatusOr<v1::ExecuteResponse> Execute(const v1::ExecuteRequest& request,

@@ -54,6 +54,8 @@ flags:
   --root_ca=PEM               use TLS with this root CA
   --client_cert=PEM --client_key=PEM   mutual TLS
   --overwrite                 put: replace an existing tensor
+  --shm                       put, get: move the bytes through a POSIX shared-memory object
+                              registered with the server (same host only) instead of the socket
 
 )";
 
@@ -61,6 +63,7 @@ struct Flags {
   client::ClientOptions client;
   bool json = false;
   bool overwrite = false;
+  bool shm = false;
   BenchOptions bench;
   std::string first_bench_flag;   // bench flags belong to bench alone
   std::vector<std::string> args;  // the command and its arguments
@@ -135,6 +138,8 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
       flags.json = true;
     } else if (name == "overwrite") {
       flags.overwrite = true;
+    } else if (name == "shm") {
+      flags.shm = true;
     } else if (name == "help") {
       flags.args = {"help"};
       return flags;
@@ -213,7 +218,8 @@ int Put(client::Client& c, const Flags& flags, const std::string& name, const st
   absl::StatusOr<HostTensor> tensor = client::ReadNpyFile(path);
   if (!tensor.ok()) return Fail(tensor.status(), false);
   const absl::Time start = absl::Now();
-  absl::StatusOr<v1::TensorInfo> info = c.PutTensor(name, *tensor, flags.overwrite);
+  absl::StatusOr<v1::TensorInfo> info = flags.shm ? c.PutTensorShm(name, *tensor, flags.overwrite)
+                                                  : c.PutTensor(name, *tensor, flags.overwrite);
   const absl::Duration elapsed = absl::Now() - start;
   if (!info.ok()) return Fail(info.status(), true);
   const double gbps = Gbps(tensor->data.size(), elapsed);
@@ -230,7 +236,7 @@ int Put(client::Client& c, const Flags& flags, const std::string& name, const st
 
 int Get(client::Client& c, const Flags& flags, const std::string& name, const std::string& path) {
   const absl::Time start = absl::Now();
-  absl::StatusOr<HostTensor> tensor = c.GetTensor(name);
+  absl::StatusOr<HostTensor> tensor = flags.shm ? c.GetTensorShm(name) : c.GetTensor(name);
   const absl::Duration elapsed = absl::Now() - start;
   if (!tensor.ok()) return Fail(tensor.status(), true);
   if (absl::Status written = client::WriteNpyFile(path, *tensor); !written.ok()) {

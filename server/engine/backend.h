@@ -141,6 +141,9 @@ class Backend : public DeviceProperties {
   // output after ExecEnv::Finish).
   virtual absl::Status CopyOut(const Buffer& src, uint64_t offset, void* dst,
                                uint64_t bytes) = 0;
+  // A blocking copy into a buffer no device work uses yet, from host memory or from device
+  // memory of this backend (a CUDA shared memory region): a tensor put from a region.
+  virtual absl::Status CopyIn(Buffer& dst, const void* src, uint64_t bytes) = 0;
   virtual std::unique_ptr<Uploader> NewUploader(BufferPtr dst) = 0;
   // An execution context, made on a lane's launch thread. With `share_stream_of`, the new
   // context queues its work on that context's stream and cuBLAS handle (one lane's contexts).

@@ -109,6 +109,10 @@ class CpuBackend final : public Backend {
     std::memcpy(dst, static_cast<const char*>(src.data()) + offset, bytes);
     return absl::OkStatus();
   }
+  absl::Status CopyIn(Buffer& dst, const void* src, uint64_t bytes) override {
+    std::memcpy(dst.data(), src, bytes);
+    return absl::OkStatus();
+  }
   std::unique_ptr<Uploader> NewUploader(BufferPtr dst) override {
     return std::make_unique<CpuUploader>(std::move(dst));
   }

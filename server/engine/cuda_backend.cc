@@ -41,6 +41,17 @@ bool IsSticky(cudaError_t e) {
 
 class CudaBackend;
 
+// Memory a copy engine reaches without staging: page-locked host memory (a registered region)
+// or device memory (a CUDA shared memory region).
+bool DirectlyCopyable(const void* p) {
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return attr.type == cudaMemoryTypeHost || attr.type == cudaMemoryTypeDevice;
+}
+
 // Device memory from the stream-ordered pool, freed on the stream it was allocated on: a buffer
 // a lane drops mid-request (an intermediate after its last reader) is reused only after the
 // launches that lane queued before the drop, even while other lanes run. A stored tensor is
@@ -75,6 +86,7 @@ class CudaBackend final : public Backend {
 
   absl::StatusOr<BufferPtr> Allocate(uint64_t bytes) override;
   absl::Status CopyOut(const Buffer& src, uint64_t offset, void* dst, uint64_t bytes) override;
+  absl::Status CopyIn(Buffer& dst, const void* src, uint64_t bytes) override;
   std::unique_ptr<Uploader> NewUploader(BufferPtr dst) override;
   absl::StatusOr<std::unique_ptr<ExecEnv>> NewExecEnv(ExecEnv* share_stream_of) override;
   absl::Status Healthy() const override;
@@ -233,22 +245,30 @@ absl::StatusOr<cudaStream_t> CudaBackend::NewLaneStream() {
 
 absl::Status CudaBackend::CopyOut(const Buffer& src, uint64_t offset, void* dst, uint64_t bytes) {
   cudaSetDevice(device_);
-  // Page-locked memory (a registered shared-memory region) takes the copy directly.
-  cudaPointerAttributes attr{};
-  if (cudaPointerGetAttributes(&attr, dst) == cudaSuccess && attr.type == cudaMemoryTypeHost) {
+  // Page-locked memory (a registered shared-memory region) and device memory (a CUDA one) take
+  // the copy directly.
+  if (DirectlyCopyable(dst)) {
     std::lock_guard<std::mutex> lock(copy_mu_);
     RETURN_IF_ERROR(Check(cudaMemcpyAsync(dst, static_cast<const char*>(src.data()) + offset, bytes,
-                                          cudaMemcpyDeviceToHost, copy_stream_),
+                                          cudaMemcpyDefault, copy_stream_),
                           "download"));
     return Check(cudaStreamSynchronize(copy_stream_), "download");
   }
-  cudaGetLastError();  // pageable memory is no error
   // Through pinned staging: pageable device-to-host copies run at a fraction of the bus speed.
   std::lock_guard<std::mutex> lock(copy_mu_);
   PinnedPool::Block block = pinned_.Acquire();
   absl::Status status = CopyOutVia(block, src, offset, dst, bytes);
   pinned_.Release(block);  // on every path: an error must not keep 4 MiB of pinned memory
   return status;
+}
+
+absl::Status CudaBackend::CopyIn(Buffer& dst, const void* src, uint64_t bytes) {
+  cudaSetDevice(device_);
+  std::lock_guard<std::mutex> lock(copy_mu_);
+  // Pageable memory goes through the driver's own staging: slower, the same bytes.
+  RETURN_IF_ERROR(Check(cudaMemcpyAsync(dst.data(), src, bytes, cudaMemcpyDefault, copy_stream_),
+                        "upload"));
+  return Check(cudaStreamSynchronize(copy_stream_), "upload");
 }
 
 absl::Status CudaBackend::CopyOutVia(PinnedPool::Block block, const Buffer& src, uint64_t offset,

@@ -1,4 +1,5 @@
 // Execute: the request's graph as sent (convert.h), its result as ExecuteResponse.
+#include "absl/strings/str_cat.h"
 #include "server/rpc/convert.h"
 #include "server/rpc/graph_call.h"
 #include "server/rpc/service.h"
@@ -13,10 +14,32 @@ class ExecuteCall final : public GraphCall {
       : GraphCall(svc, ctx, "Execute"), req_(req), resp_(resp) {}
 
  private:
-  // The graph views req_, which gRPC keeps until OnDone: so do the plan's inline inputs.
-  absl::StatusOr<Graph> MakeGraph(const std::string&) override {
-    return convert::GraphFromProto(req_);
+  // The graph views req_, which gRPC keeps until OnDone: so do the plan's inline inputs. An
+  // inline tensor in a shared-memory region is viewed there, the region held until the device
+  // is done with it.
+  absl::StatusOr<Graph> MakeGraph(const std::string& tenant) override {
+    Graph g = convert::GraphFromProto(req_);
+    for (GraphInline& t : g.inlines) {
+      const v1::Tensor& proto = req_.inline_tensors().at(std::string(t.name));
+      if (!proto.has_shm()) continue;
+      const std::string what = absl::StrCat("inline tensor ", Quote(t.name));
+      if (!proto.data().empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": give its bytes in data or in a shared memory region, not both"));
+      }
+      const v1::SharedMemoryRef& shm = proto.shm();
+      auto r = ResolveRegion(svc_.regions(), tenant, shm.region(), shm.offset(), shm.byte_size());
+      if (!r.ok()) return absl::Status(r.status().code(), absl::StrCat(what, ": ", r.status().message()));
+      if (r->host != nullptr) {
+        t.data = absl::string_view(r->host, shm.byte_size());
+      } else {
+        t.device = r->device;  // the plan checks the size against the shape either way
+      }
+      holds_.push_back(*std::move(r));
+    }
+    return g;
   }
+  void ReleaseInputs() override { holds_.clear(); }
   absl::Status Respond(ExecuteResult result, double queue_us) override {
     convert::ResultToProto(std::move(result), resp_);
     resp_->mutable_timing()->set_queue_us(queue_us);
@@ -27,6 +50,7 @@ class ExecuteCall final : public GraphCall {
 
   const v1::ExecuteRequest& req_;
   v1::ExecuteResponse* const resp_;
+  std::vector<RegionRange> holds_;
 };
 
 }  // namespace

@@ -89,25 +89,19 @@ class InferCall final : public GraphCall {
   absl::StatusOr<Graph> MakeGraph(const std::string& tenant) override;
   absl::Status Respond(ExecuteResult result, double queue_us) override;
   void ClearResponse() override { resp_->Clear(); }
-  void ReleaseInputs() override {
-    system_holds_.clear();
-    cuda_holds_.clear();
-  }
+  void ReleaseInputs() override { holds_.clear(); }
 
   absl::Status AddInput(int i, const ModelInput& model_input, const std::string& tenant,
                         int* raw_used, Graph* graph);
   absl::Status AddOutputs(const std::vector<std::pair<std::string, std::string>>& model_outputs,
                           const std::string& tenant, Graph* graph);
-  absl::StatusOr<BufferPtr> CudaSlice(const std::string& tenant, const std::string& region,
-                                      uint64_t offset, uint64_t bytes);
 
   InferenceService& inf_;
   const ModelInferRequest& req_;
   ModelInferResponse* const resp_;
   SavedGraphPtr saved_;  // the saved graph this request runs, kept while the graph views it
   std::deque<std::string> owned_;  // typed contents as bytes, and names the graph views
-  std::vector<std::shared_ptr<SystemRegion>> system_holds_;
-  std::vector<std::shared_ptr<CudaRegion>> cuda_holds_;
+  std::vector<RegionRange> holds_;  // the regions the graph reads and writes
   std::vector<Output> outputs_;
 };
 
@@ -252,14 +246,13 @@ absl::Status InferCall::AddInput(int i, const ModelInput& model_input, const std
                                                      ", the tensor ", meta.DebugString(), " has ",
                                                      meta.Bytes(), " bytes"));
     }
-    if (auto sys = inf_.regions().system.Find(tenant, region); sys.ok()) {
-      RETURN_IF_ERROR(CheckRegionRange(region, (*sys)->byte_size(), offset, bytes));
-      RETURN_IF_ERROR((*sys)->CheckObjectCovers(region, offset, bytes));
-      t.data = absl::string_view((*sys)->data() + offset, bytes);
-      system_holds_.push_back(*std::move(sys));
+    ASSIGN_OR_RETURN(RegionRange r, ResolveRegion(inf_.regions(), tenant, region, offset, bytes));
+    if (r.host != nullptr) {
+      t.data = absl::string_view(r.host, bytes);
     } else {
-      ASSIGN_OR_RETURN(t.device, CudaSlice(tenant, region, offset, bytes));
+      t.device = r.device;
     }
+    holds_.push_back(std::move(r));
   } else if (has_contents) {
     if (req_.raw_input_contents_size() > 0) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -304,19 +297,6 @@ absl::Status InferCall::AddInput(int i, const ModelInput& model_input, const std
   return absl::OkStatus();
 }
 
-absl::StatusOr<BufferPtr> InferCall::CudaSlice(const std::string& tenant, const std::string& region,
-                                               uint64_t offset, uint64_t bytes) {
-  auto cuda = inf_.regions().cuda.Find(tenant, region);
-  if (!cuda.ok()) {
-    return absl::NotFoundError(absl::StrCat("no shared memory region ", Quote(region),
-                                            " (system or CUDA) is registered"));
-  }
-  RETURN_IF_ERROR(CheckRegionRange(region, (*cuda)->byte_size, offset, bytes));
-  BufferPtr slice = SliceBuffer((*cuda)->buffer, offset, bytes);
-  cuda_holds_.push_back(*std::move(cuda));
-  return slice;
-}
-
 absl::Status InferCall::AddOutputs(
     const std::vector<std::pair<std::string, std::string>>& model_outputs,
     const std::string& tenant, Graph* graph) {
@@ -346,16 +326,16 @@ absl::Status InferCall::AddOutputs(
       out.to = Output::To::kRegion;
       ASSIGN_OR_RETURN(out.offset, SizeParam(o.parameters(), "shared_memory_offset", what, false));
       ASSIGN_OR_RETURN(out.byte_size, SizeParam(o.parameters(), "shared_memory_byte_size", what, true));
-      if (auto sys = inf_.regions().system.Find(tenant, out.region); sys.ok()) {
-        RETURN_IF_ERROR(CheckRegionRange(out.region, (*sys)->byte_size(), out.offset, out.byte_size));
-        RETURN_IF_ERROR((*sys)->CheckObjectCovers(out.region, out.offset, out.byte_size));
+      ASSIGN_OR_RETURN(RegionRange r,
+                       ResolveRegion(inf_.regions(), tenant, out.region, out.offset, out.byte_size));
+      if (r.host != nullptr) {
         go.return_inline = true;
-        go.host_dest = (*sys)->data() + out.offset;
+        go.host_dest = r.host;
         go.host_dest_bytes = out.byte_size;
-        system_holds_.push_back(*std::move(sys));
       } else {
-        ASSIGN_OR_RETURN(go.device_dest, CudaSlice(tenant, out.region, out.offset, out.byte_size));
+        go.device_dest = r.device;
       }
+      holds_.push_back(std::move(r));
     } else if (!out.store_as.empty()) {
       out.to = Output::To::kStore;
       go.store_as = owned_.emplace_back(out.store_as);

@@ -212,11 +212,11 @@ grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryStatus(
     grpc::CallbackServerContext* ctx, const inference::SystemSharedMemoryStatusRequest* req,
     inference::SystemSharedMemoryStatusResponse* resp) {
   return Unary(ctx, "SystemSharedMemoryStatus", [&](const std::string& tenant) -> absl::Status {
-    auto regions = regions_.system.List(tenant, req->name());
-    if (!req->name().empty() && regions.empty()) {
+    auto listed = regions().system.List(tenant, req->name());
+    if (!req->name().empty() && listed.empty()) {
       return absl::NotFoundError(absl::StrCat("no system shared memory region ", Quote(req->name())));
     }
-    for (const auto& [name, r] : regions) {
+    for (const auto& [name, r] : listed) {
       auto& status = (*resp->mutable_regions())[name];
       status.set_name(name);
       status.set_key(r->key());
@@ -233,13 +233,13 @@ grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryRegister(
   return Unary(ctx, "SystemSharedMemoryRegister", [&](const std::string& tenant) -> absl::Status {
     RETURN_IF_ERROR(CheckTensorName(req->name(), "system shared memory region"));
     // Checked before the mapping, whose registration with the device takes a while.
-    if (regions_.system.Find(tenant, req->name()).ok()) {
+    if (regions().system.Find(tenant, req->name()).ok()) {
       return absl::AlreadyExistsError(
           absl::StrCat("system shared memory region ", Quote(req->name()), " is already registered"));
     }
     ASSIGN_OR_RETURN(auto region,
                      SystemRegion::Map(ops_.backend(), req->key(), req->offset(), req->byte_size()));
-    return regions_.system.Insert(tenant, req->name(), std::move(region));
+    return regions().system.Insert(tenant, req->name(), std::move(region));
   });
 }
 
@@ -259,7 +259,7 @@ grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryUnregister(
     grpc::CallbackServerContext* ctx, const inference::SystemSharedMemoryUnregisterRequest* req,
     inference::SystemSharedMemoryUnregisterResponse*) {
   return Unary(ctx, "SystemSharedMemoryUnregister", [&](const std::string& tenant) {
-    return regions_.system.Erase(tenant, req->name(), RefuseIfInUse<SystemRegion>).status();
+    return regions().system.Erase(tenant, req->name(), RefuseIfInUse<SystemRegion>).status();
   });
 }
 
@@ -270,11 +270,11 @@ grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryStatus(
     inference::CudaSharedMemoryStatusResponse* resp) {
   return Unary(ctx, "CudaSharedMemoryStatus", [&](const std::string& tenant) -> absl::Status {
     RETURN_IF_ERROR(NeedsCuda(ops_.backend()));
-    auto regions = regions_.cuda.List(tenant, req->name());
-    if (!req->name().empty() && regions.empty()) {
+    auto listed = regions().cuda.List(tenant, req->name());
+    if (!req->name().empty() && listed.empty()) {
       return absl::NotFoundError(absl::StrCat("no CUDA shared memory region ", Quote(req->name())));
     }
-    for (const auto& [name, r] : regions) {
+    for (const auto& [name, r] : listed) {
       auto& status = (*resp->mutable_regions())[name];
       status.set_name(name);
       status.set_device_id(static_cast<uint64_t>(r->device_id));
@@ -290,7 +290,7 @@ grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryRegister(
   return Unary(ctx, "CudaSharedMemoryRegister", [&](const std::string& tenant) -> absl::Status {
     RETURN_IF_ERROR(NeedsCuda(ops_.backend()));
     RETURN_IF_ERROR(CheckTensorName(req->name(), "CUDA shared memory region"));
-    if (regions_.cuda.Find(tenant, req->name()).ok()) {
+    if (regions().cuda.Find(tenant, req->name()).ok()) {
       return absl::AlreadyExistsError(
           absl::StrCat("CUDA shared memory region ", Quote(req->name()), " is already registered"));
     }
@@ -309,7 +309,7 @@ grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryRegister(
                                        buffer.status().message()));
     }
     region->buffer = *std::move(buffer);
-    return regions_.cuda.Insert(tenant, req->name(), std::move(region));
+    return regions().cuda.Insert(tenant, req->name(), std::move(region));
   });
 }
 
@@ -318,7 +318,7 @@ grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryUnregister(
     inference::CudaSharedMemoryUnregisterResponse*) {
   return Unary(ctx, "CudaSharedMemoryUnregister", [&](const std::string& tenant) {
     RETURN_IF_ERROR(NeedsCuda(ops_.backend()));
-    return regions_.cuda.Erase(tenant, req->name(), RefuseIfInUse<CudaRegion>).status();
+    return regions().cuda.Erase(tenant, req->name(), RefuseIfInUse<CudaRegion>).status();
   });
 }
 

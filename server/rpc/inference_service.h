@@ -68,7 +68,7 @@ class InferenceService final
   }
 
   OpServeService& ops() { return ops_; }
-  SharedMemoryRegistry& regions() { return regions_; }
+  SharedMemoryRegistry& regions() { return ops_.regions(); }
 
  private:
   // Runs `body` for the caller's tenant (UNAUTHENTICATED first when the token is wrong), counts
@@ -78,7 +78,6 @@ class InferenceService final
 
   OpServeService& ops_;
   const std::function<bool()> ready_;
-  SharedMemoryRegistry regions_;
 };
 
 // The protocol's datatype names of opserve's dtypes: FP32, INT32, INT64, BF16.

@@ -32,14 +32,35 @@ absl::Status PutAssembly::OnHeader(const v1::PutTensorHeader& h) {
   if (!buffer.ok()) {
     return absl::Status(buffer.status().code(), absl::StrCat(what, ": ", buffer.status().message()));
   }
+  overwrite_ = h.overwrite();
+  if (h.has_shm()) {
+    // The bytes are in a region: one copy, at the host link's speed from a registered one.
+    const v1::SharedMemoryRef& shm = h.shm();
+    if (shm.byte_size() != meta.Bytes()) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": shm byte_size is ", shm.byte_size(),
+                                                     ", the tensor ", meta.DebugString(), " has ",
+                                                     meta.Bytes(), " bytes"));
+    }
+    if (regions_ == nullptr) return absl::UnimplementedError(absl::StrCat(what, ": no shared memory here"));
+    auto r = ResolveRegion(*regions_, tenant_, shm.region(), shm.offset(), shm.byte_size());
+    if (!r.ok()) return absl::Status(r.status().code(), absl::StrCat(what, ": ", r.status().message()));
+    if (meta.Bytes() > 0) RETURN_IF_ERROR(backend_.CopyIn(**buffer, r->data(), meta.Bytes()));
+    received_ = meta.Bytes();
+    from_region_ = true;
+    tensor_ = std::make_shared<StoredTensor>(StoredTensor{h.name(), std::move(meta), *std::move(buffer)});
+    return absl::OkStatus();
+  }
   uploader_ = backend_.NewUploader(*buffer);
   tensor_ = std::make_shared<StoredTensor>(StoredTensor{h.name(), std::move(meta), *std::move(buffer)});
-  overwrite_ = h.overwrite();
   return absl::OkStatus();
 }
 
 absl::Status PutAssembly::OnChunk(const std::string& chunk) {
   if (!tensor_) return absl::InvalidArgumentError("the first PutTensor message must be the header");
+  if (from_region_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor ", Quote(tensor_->name), ": its header names a shared memory region, so no chunk may follow"));
+  }
   const uint64_t expected = tensor_->meta.Bytes();
   if (chunk.size() > expected - received_) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -60,7 +81,7 @@ absl::Status PutAssembly::Commit(v1::TensorInfo* info,
                                                    tensor_->meta.Bytes(), " for ",
                                                    tensor_->meta.DebugString()));
   }
-  RETURN_IF_ERROR(uploader_->Finish());
+  if (uploader_) RETURN_IF_ERROR(uploader_->Finish());
   RETURN_IF_ERROR(store_.InsertAll({tensor_}, {overwrite_}, tenant_, still_wanted));
   convert::TensorInfoToProto(*tensor_, backend_.device(), info);
   return absl::OkStatus();

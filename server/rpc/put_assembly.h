@@ -11,13 +11,20 @@
 #include "opserve/v1/opserve.pb.h"
 #include "server/engine/plan.h"
 #include "server/engine/tensor_store.h"
+#include "server/rpc/shared_memory.h"
 
 namespace opserve {
 
 class PutAssembly {
  public:
-  PutAssembly(Backend& backend, TensorStore& store, const Limits& limits, std::string tenant)
-      : backend_(backend), store_(store), limits_(limits), tenant_(std::move(tenant)) {}
+  // `regions`: where a header naming a shared-memory region finds it (nullptr: none).
+  PutAssembly(Backend& backend, TensorStore& store, const Limits& limits, std::string tenant,
+              SharedMemoryRegistry* regions = nullptr)
+      : backend_(backend),
+        store_(store),
+        limits_(limits),
+        tenant_(std::move(tenant)),
+        regions_(regions) {}
 
   // One message of the stream, in order.
   absl::Status OnMessage(const v1::PutTensorRequest& msg);
@@ -35,6 +42,8 @@ class PutAssembly {
   TensorStore& store_;
   const Limits& limits_;
   const std::string tenant_;
+  SharedMemoryRegistry* const regions_;
+  bool from_region_ = false;  // the header's region held every byte: no chunk may follow
   std::shared_ptr<StoredTensor> tensor_;
   std::unique_ptr<Uploader> uploader_;  // declared after tensor_: destroyed first
   bool overwrite_ = false;

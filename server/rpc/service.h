@@ -15,6 +15,7 @@
 #include "server/rpc/graph_store.h"
 #include "server/rpc/grpc_status.h"
 #include "server/rpc/parsed_service.h"
+#include "server/rpc/shared_memory.h"
 #include "server/engine/metrics.h"
 #include "server/engine/plan.h"
 #include "server/rpc/request_parsing.h"
@@ -84,6 +85,8 @@ class OpServeService final
   Backend& backend() { return device_.backend(); }
   TensorStore& store() { return store_; }
   GraphStore& graphs() { return graphs_; }
+  // Registered through the Open Inference Protocol; PutTensor, GetTensor and Execute name them.
+  SharedMemoryRegistry& regions() { return regions_; }
   Metrics* metrics() { return metrics_; }
   TransferPool& transfers() { return transfers_; }
   const ServiceOptions& options() const { return options_; }
@@ -147,6 +150,7 @@ class OpServeService final
   Device& device_;
   TensorStore& store_;
   GraphStore graphs_;
+  SharedMemoryRegistry regions_;
   Metrics* metrics_;
   const ServiceOptions options_;
   std::function<void()> on_unhealthy_;

@@ -121,4 +121,26 @@ BufferPtr SliceBuffer(BufferPtr parent, uint64_t offset, uint64_t bytes) {
   return std::make_shared<SliceOf>(std::move(parent), offset, bytes);
 }
 
+absl::StatusOr<RegionRange> ResolveRegion(SharedMemoryRegistry& regions, const std::string& tenant,
+                                          const std::string& region, uint64_t offset,
+                                          uint64_t bytes) {
+  RegionRange r;
+  if (auto sys = regions.system.Find(tenant, region); sys.ok()) {
+    if (absl::Status s = CheckRegionRange(region, (*sys)->byte_size(), offset, bytes); !s.ok()) return s;
+    if (absl::Status s = (*sys)->CheckObjectCovers(region, offset, bytes); !s.ok()) return s;
+    r.system = *std::move(sys);
+    r.host = r.system->data() + offset;
+    return r;
+  }
+  auto cuda = regions.cuda.Find(tenant, region);
+  if (!cuda.ok()) {
+    return absl::NotFoundError(absl::StrCat("no shared memory region ", Quote(region),
+                                            " (system or CUDA) is registered"));
+  }
+  if (absl::Status s = CheckRegionRange(region, (*cuda)->byte_size, offset, bytes); !s.ok()) return s;
+  r.cuda = *std::move(cuda);
+  r.device = SliceBuffer(r.cuda->buffer, offset, bytes);
+  return r;
+}
+
 }  // namespace opserve

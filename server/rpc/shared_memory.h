@@ -78,4 +78,19 @@ namespace opserve {
 // `parent` alive: a tensor at an offset in a CUDA shared memory region.
 BufferPtr SliceBuffer(BufferPtr parent, uint64_t offset, uint64_t bytes);
 
+// [offset, offset + bytes) of the tenant's region `region`, checked and held for one use: the
+// host bytes of a system region, or a slice of a CUDA region's device memory. NOT_FOUND when
+// the tenant has no region of that name, INVALID_ARGUMENT for a range past its end.
+struct RegionRange {
+  std::shared_ptr<SystemRegion> system;
+  std::shared_ptr<CudaRegion> cuda;
+  char* host = nullptr;  // a system region's bytes
+  BufferPtr device;      // a CUDA region's
+  const void* data() const { return host != nullptr ? static_cast<const void*>(host) : device->data(); }
+  void* mutable_data() const { return host != nullptr ? static_cast<void*>(host) : device->data(); }
+};
+absl::StatusOr<RegionRange> ResolveRegion(SharedMemoryRegistry& regions, const std::string& tenant,
+                                          const std::string& region, uint64_t offset,
+                                          uint64_t bytes);
+
 }  // namespace opserve

@@ -41,7 +41,8 @@ class PutReactor final : public grpc::ServerReadReactor<ParsedStreamMessage<v1::
       Complete(tenant.status());
       return;
     }
-    assembly_.emplace(svc_->backend(), svc_->store(), svc_->options().limits, *tenant);
+    assembly_.emplace(svc_->backend(), svc_->store(), svc_->options().limits, *tenant,
+                      &svc_->regions());
     Do(Locked([&] { return Step(); }));
   }
 
@@ -201,8 +202,48 @@ class GetReactor final : public grpc::ServerWriteReactor<v1::GetTensorResponse> 
     chunk_bytes_ = std::max<uint64_t>(
         1, std::min<uint64_t>(std::clamp<uint64_t>(asked, kMinChunkBytes, kMaxChunkBytes), message_cap));
     convert::TensorInfoToProto(*tensor_, svc_->backend().device(), info_.mutable_info());
+    if (req->has_shm()) {
+      // Into the client's region, off the gRPC thread; then the info message alone.
+      const v1::SharedMemoryRef& shm = req->shm();
+      absl::StatusOr<RegionRange> r =
+          shm.byte_size() < total_
+              ? absl::InvalidArgumentError(absl::StrCat(
+                    "tensor ", Quote(req->name()), ": shm byte_size is ", shm.byte_size(),
+                    ", the tensor ", tensor_->meta.DebugString(), " has ", total_, " bytes"))
+              : ResolveRegion(svc_->regions(), *tenant, shm.region(), shm.offset(), total_);
+      if (!r.ok()) {
+        finished_ = true;
+        Complete(absl::Status(r.status().code(),
+                              absl::StrCat("tensor ", Quote(req->name()), ": ", r.status().message())));
+        return;
+      }
+      svc_->transfers().Post([this, region = *std::move(r), bytes = total_] {
+        absl::Status s = bytes == 0 ? absl::OkStatus()
+                                    : svc_->backend().CopyOut(*tensor_->buffer, 0,
+                                                              region.mutable_data(), bytes);
+        if (!s.ok()) {
+          Locked([&] {
+            finished_ = true;
+            return Actions{};
+          });
+          Complete(s);
+          return;
+        }
+        Locked([&] {
+          total_ = 0;  // nothing left to stream
+          return Actions{};
+        });
+        WriteInfo();
+      });
+      return;
+    }
+    WriteInfo();
+  }
+
+  // The first message; the chunks follow as Step posts their copies.
+  void WriteInfo() {
     Do(Locked([&] {
-      writing_ = true;  // the info message goes first
+      writing_ = true;
       Actions a = Step();
       a.write_info = true;
       return a;

@@ -94,6 +94,17 @@ def exercise(cli, work, demo):
     check(b"'shape': (64, 32)" in image[10:10 + header_len], "ab.npy header")
     check(len(image) == 10 + header_len + 64 * 32 * 4, f"ab.npy is {len(image)} bytes")
 
+    # The same bytes through a shared-memory object instead of the socket (same host).
+    out, _ = cli("put", "A_shm", "a.npy", "--shm")
+    check("put A_shm: float32[64, 48]" in out, f"put --shm printed {out!r}")
+    out, _ = cli("get", "A_shm", "a_shm.npy", "--shm")
+    check("got A_shm: float32[64, 48]" in out, f"get --shm printed {out!r}")
+    with open(os.path.join(work, "a.npy"), "rb") as f, open(os.path.join(work, "a_shm.npy"), "rb") as g:
+        check(f.read() == g.read(), "a.npy put and got back through --shm differs")
+    check(not [n for n in os.listdir("/dev/shm") if n.startswith("opserve-client-")],
+          "--shm left its shared-memory object behind")
+    log("put/get --shm: the same bytes back, no object left")
+
     out, _ = cli("ls", "--json")
     names = {t["name"] for t in json.loads(out).get("tensors", [])}
     check({"A", "AB"} <= names, f"ls --json: {names}")

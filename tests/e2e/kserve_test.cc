@@ -376,5 +376,106 @@ TEST_F(KServeTest, SystemSharedMemoryInAndOut) {
   shm_unlink(key.c_str());
 }
 
+
+// opserve.v1 names registered regions too: a PutTensor header, a GetTensor request and an Execute
+// inline tensor; the bytes equal the socket's. Refusals name the region and change nothing.
+TEST_F(KServeTest, OpServeV1ReadsAndWritesRegions) {
+  const client::HostTensor x = RandomFloats({300, 500}, rng_);
+  auto put = client().PutTensorShm("X", x, false);
+  ASSERT_TRUE(put.ok()) << put.status();
+  EXPECT_EQ(put->bytes(), x.data.size());
+  auto back = client().GetTensor("X");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->data == x.data);
+  auto back_shm = client().GetTensorShm("X");
+  ASSERT_TRUE(back_shm.ok()) << back_shm.status();
+  EXPECT_TRUE(back_shm->data == x.data);
+
+  // An Execute inline tensor in a region, against the same tensor sent inline.
+  const std::string key = "/opserve_v1_region_" + std::to_string(getpid());
+  const int fd = shm_open(key.c_str(), O_CREAT | O_RDWR, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, x.data.size()), 0);
+  char* map = static_cast<char*>(mmap(nullptr, x.data.size(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  close(fd);
+  ASSERT_NE(map, MAP_FAILED);
+  std::memcpy(map, x.data.data(), x.data.size());
+  {
+    grpc::ClientContext ctx;
+    inference::SystemSharedMemoryRegisterRequest reg;
+    reg.set_name("in");
+    reg.set_key(key);
+    reg.set_byte_size(x.data.size());
+    inference::SystemSharedMemoryRegisterResponse r;
+    ASSERT_TRUE(stub_->SystemSharedMemoryRegister(&ctx, reg, &r).ok());
+  }
+  v1::ExecuteRequest via_region, via_bytes;
+  for (v1::ExecuteRequest* r : {&via_region, &via_bytes}) {
+    AddNode(*r, "s", "row_sum", {Inline("x")}, Device() == "cpu" ? "reference" : "block_per_row");
+    AddOutput(*r, "s", true);
+  }
+  AddInline(via_bytes, "x", x);
+  v1::Tensor& t = (*via_region.mutable_inline_tensors())["x"];
+  t.set_dtype(v1::FLOAT32);
+  t.add_shape(300);
+  t.add_shape(500);
+  t.mutable_shm()->set_region("in");
+  t.mutable_shm()->set_byte_size(x.data.size());
+  auto a = client().Execute(via_region), b = client().Execute(via_bytes);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_TRUE(a->outputs(0).tensor().data() == b->outputs(0).tensor().data());
+
+  // Refusals: a region that does not exist, a size that is not the tensor's, a region too small
+  // for GetTensor, a chunk after a header that named a region.
+  const StoreSnapshot before = Snapshot(client());
+  t.mutable_shm()->set_region("nowhere");
+  EXPECT_TRUE(StatusIs(client().Execute(via_region).status(), absl::StatusCode::kNotFound,
+                       {"'x'", "'nowhere'"}));
+  auto put_header = [&](uint64_t byte_size, bool chunk) {
+    grpc::ClientContext ctx;
+    v1::PutTensorResponse resp;
+    auto writer = stub().PutTensor(&ctx, &resp);
+    v1::PutTensorRequest m;
+    auto* h = m.mutable_header();
+    h->set_name("Y");
+    h->set_dtype(v1::FLOAT32);
+    h->add_shape(300);
+    h->add_shape(500);
+    h->mutable_shm()->set_region("in");
+    h->mutable_shm()->set_byte_size(byte_size);
+    writer->Write(m);
+    if (chunk) {
+      v1::PutTensorRequest c;
+      c.set_chunk("abcd");
+      writer->Write(c);
+    }
+    writer->WritesDone();
+    return writer->Finish();
+  };
+  grpc::Status s = put_header(x.data.size() - 4, false);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_NE(s.error_message().find("byte_size"), std::string::npos) << s.error_message();
+  s = put_header(x.data.size(), true);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_NE(s.error_message().find("no chunk"), std::string::npos) << s.error_message();
+  {
+    grpc::ClientContext ctx;
+    v1::GetTensorRequest req;
+    req.set_name("X");
+    req.mutable_shm()->set_region("in");
+    req.mutable_shm()->set_byte_size(100);
+    auto reader = stub().GetTensor(&ctx, req);
+    v1::GetTensorResponse msg;
+    while (reader->Read(&msg)) {
+    }
+    s = reader->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  }
+  EXPECT_TRUE(SameStore(before, Snapshot(client())));
+  munmap(map, x.data.size());
+  shm_unlink(key.c_str());
+}
+
 }  // namespace
 }  // namespace opserve::e2e

@@ -32,6 +32,9 @@ class TableOnlyCuda final : public Backend {
   absl::Status CopyOut(const Buffer&, uint64_t, void*, uint64_t) override {
     return absl::UnimplementedError("");
   }
+  absl::Status CopyIn(Buffer&, const void*, uint64_t) override {
+    return absl::UnimplementedError("");
+  }
   std::unique_ptr<Uploader> NewUploader(BufferPtr) override { return nullptr; }
   absl::StatusOr<std::unique_ptr<ExecEnv>> NewExecEnv(ExecEnv*) override {
     return absl::UnimplementedError("");

@@ -1,0 +1,40 @@
+// Issue 15's targets: the Open Inference Protocol's ways of moving bytes, against the host
+// link measured in the same run. A 1 GiB FP32 row_mean through a system shared memory region
+// (and PutTensor naming one) against a cudaMemcpy of 1 GiB from cudaHostRegister'ed memory;
+// the same through CUDA shared memory (infer time minus kernel time, nothing copied); through
+// raw_input_contents (256 MiB, the default message limit); and a small inline request's p50
+// against opserve.v1 Execute's. Medians over the runs, one client, one server.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace opserve::bench {
+
+struct KServeOptions {
+  std::string opserve_bin;
+  std::vector<std::string> server_args;
+  int64_t rows = 16384, cols = 16384;  // 1 GiB of FP32
+  int reps = 5;                        // timed, after one warm-up
+  int small_requests = 2000;           // each of ModelInfer and Execute, interleaved
+};
+
+struct KServeFigures {
+  bool ran = false;
+  std::string error;
+  double h2d_registered_gbps = 0;  // the ceiling: best of the reps
+  double shm_infer_gbps = 0;       // input bytes / ModelInfer wall time
+  double shm_put_gbps = 0;         // tensor bytes / PutTensor wall time, the region named
+  double cuda_infer_us = 0, cuda_kernel_us = 0;
+  double raw_gbps = 0;             // raw_input_contents bytes / ModelInfer wall time
+  uint64_t raw_bytes = 0;
+  double infer_p50_us = 0, execute_p50_us = 0;  // 10x2048 row_mean, inline
+};
+
+KServeFigures RunKServeBench(const KServeOptions& options);
+void PrintKServe(const KServeFigures& f);
+struct Report;
+void AddKServeTargets(const KServeFigures& f, Report& rep);
+
+}  // namespace opserve::bench
