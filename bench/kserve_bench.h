@@ -2,7 +2,7 @@
 // link measured in the same run. A 1 GiB FP32 row_mean through a system shared memory region
 // (and PutTensor naming one) against a cudaMemcpy of 1 GiB from cudaHostRegister'ed memory;
 // the same through CUDA shared memory (infer time minus kernel time, nothing copied); through
-// raw_input_contents (256 MiB, the default message limit); and a small inline request's p50
+// raw_input_contents (128 MiB, inside the default message limit); and a small inline request's p50
 // against opserve.v1 Execute's. Medians over the runs, one client, one server.
 #pragma once
 
