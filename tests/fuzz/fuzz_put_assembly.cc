@@ -43,9 +43,11 @@ constexpr uint64_t kBudgetBytes = 48 << 10;
 constexpr uint64_t kMaxTensorBytes = 64 << 10;
 constexpr char kTenant[] = "tenant";
 
+// NOT_FOUND: a header naming a shared-memory region, of which the registry here has none.
 const absl::StatusCode kMessageRefusals[] = {absl::StatusCode::kInvalidArgument,
                                              absl::StatusCode::kResourceExhausted,
-                                             absl::StatusCode::kAlreadyExists};
+                                             absl::StatusCode::kAlreadyExists,
+                                             absl::StatusCode::kNotFound};
 // Commit after accepted messages: only a byte count that does not match. ALREADY_EXISTS would
 // mean the name was taken after the header's check, which nothing here does.
 const absl::StatusCode kCommitRefusals[] = {absl::StatusCode::kInvalidArgument};
@@ -104,7 +106,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string chunks;          // every accepted chunk, in order
   v1::TensorInfo info;
   {
-    PutAssembly assembly(*backend, store, limits, ns);
+    SharedMemoryRegistry regions;  // none registered
+    PutAssembly assembly(*backend, store, limits, ns, &regions);
     size_t pos = 1;
     bool stream_broke = false;
     while (pos + 2 <= size) {
