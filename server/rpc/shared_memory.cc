@@ -101,9 +101,6 @@ absl::Status CheckRegionRange(absl::string_view region, uint64_t region_bytes, u
   return absl::OkStatus();
 }
 
-}  // namespace opserve
-
-namespace opserve {
 namespace {
 
 class SliceOf final : public Buffer {

@@ -35,7 +35,6 @@ class SystemRegion {
   uint64_t offset() const { return offset_; }
   uint64_t byte_size() const { return byte_size_; }
   char* data() const { return data_; }  // the region's first byte
-  bool pinned() const { return pinned_; }
 
  private:
   SystemRegion(Backend& backend, std::string key, uint64_t offset, uint64_t byte_size)
@@ -70,9 +69,6 @@ struct SharedMemoryRegistry {
 absl::Status CheckRegionRange(absl::string_view region, uint64_t region_bytes, uint64_t offset,
                               uint64_t bytes);
 
-}  // namespace opserve
-
-namespace opserve {
 
 // Bytes [offset, offset + bytes) of `parent` (checked by the caller), as a Buffer that keeps
 // `parent` alive: a tensor at an offset in a CUDA shared memory region.

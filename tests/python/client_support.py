@@ -38,11 +38,11 @@ def work_dir(name):
 class Server:
     """opserve on a free loopback port; `target` is its address. Stop it with stop()."""
 
-    def __init__(self, directory, extra_args=(), tls_root=None):
-        binary = os.environ.get("OPSERVE_BINARY")
+    def __init__(self, directory, extra_args=(), tls_root=None, binary=None, name="opserve"):
+        binary = binary or os.environ.get("OPSERVE_BINARY")
         if not binary:
             raise RuntimeError("OPSERVE_BINARY is not set (ctest sets it to the server binary)")
-        self.log_path = os.path.join(directory, "opserve.log")
+        self.log_path = os.path.join(directory, f"{name}.log")
         self.process, port = start_opserve(binary, "cpu", self.log_path, extra_args)
         self.target = f"127.0.0.1:{port}"
         if tls_root is None:

@@ -6,15 +6,14 @@ Inference Protocol (KServe v2)" section alone. Not a test itself.
 
 import mmap
 import os
-import re
 import shutil
-import signal
 import subprocess
 import sys
-import time
 
 import grpc
 import numpy as np
+
+import client_support
 
 STARTUP_SECONDS = 60
 MiB = 1 << 20
@@ -75,40 +74,11 @@ def generate_stubs(proto_root, out_dir):
     return K, KG, O, OG, R, RG
 
 
-class Server:
-    """opserve --device=cpu --port=0; the port is read from its 'listening on HOST:PORT' line."""
-
-    def __init__(self, binary, directory, name, extra_args=()):
-        os.makedirs(directory, exist_ok=True)
-        self.log_path = os.path.join(directory, f"{name}.log")
-        with open(self.log_path, "w") as log:
-            self.process = subprocess.Popen(
-                [binary, "--host=127.0.0.1", "--port=0", "--metrics_port=-1", "--device=cpu", *extra_args],
-                stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + STARTUP_SECONDS
-        while True:
-            match = re.search(r"listening on \S*:(\d+)", self.log())
-            if match:
-                self.target = f"127.0.0.1:{match.group(1)}"
-                return
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"opserve did not start (exit {self.process.returncode}):\n{self.log()}")
-            time.sleep(0.05)
-
-    def log(self):
-        with open(self.log_path, errors="replace") as f:
-            return f.read()
-
-    def stop(self):
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=STARTUP_SECONDS)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
+def Server(binary, directory, name, extra_args=()):
+    """opserve --device=cpu on a free loopback port (client_support's launcher), its log in
+    directory/name.log; `target` is its address, stop() drains it."""
+    os.makedirs(directory, exist_ok=True)
+    return client_support.Server(directory, extra_args, binary=binary, name=name)
 
 
 # ---- messages and a client ----
