@@ -67,6 +67,11 @@ double OneVersion(const std::vector<float>& values) {
 void RunClient(const std::string& target, int id, Tally& tally) {
   client::ClientOptions options;
   options.target = target;
+  // A connect attempt can fail transiently on a loaded CI machine (seen under TSAN); without
+  // wait_for_ready every call during the reconnect backoff fails at once with UNAVAILABLE, which
+  // says nothing about lanes. The deadline still bounds a server that never answers.
+  options.wait_for_ready = true;
+  options.timeout = absl::Seconds(60);
   auto connected = client::Client::Connect(options);
   if (!connected.ok()) {
     tally.Problem(absl::StrCat("connect: ", connected.status().ToString()));
