@@ -1,9 +1,10 @@
 // Issue 15's targets: the Open Inference Protocol's ways of moving bytes, against the host
 // link measured in the same run. A 1 GiB FP32 row_mean through a system shared memory region
 // (and PutTensor naming one) against a cudaMemcpy of 1 GiB from cudaHostRegister'ed memory;
-// the same through CUDA shared memory (infer time minus kernel time, nothing copied); through
-// raw_input_contents (128 MiB, inside the default message limit); and a small inline request's p50
-// against opserve.v1 Execute's. Medians over the runs, one client, one server.
+// the same through CUDA shared memory, input and output in the region (infer time minus kernel
+// time, nothing copied), beside a unary Health/Check's p50 (gRPC's floor on this host); through
+// raw_input_contents (128 MiB, inside the default message limit); and a small inline request's
+// p50 against opserve.v1 Execute's. Medians over the runs, one client, one server.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +31,7 @@ struct KServeFigures {
   double raw_gbps = 0;             // raw_input_contents bytes / ModelInfer wall time
   uint64_t raw_bytes = 0;
   double infer_p50_us = 0, execute_p50_us = 0;  // 10x2048 row_mean, inline
+  double health_p50_us = 0;                      // unary Health/Check: gRPC's floor
 };
 
 KServeFigures RunKServeBench(const KServeOptions& options);

@@ -21,7 +21,7 @@ root=$PWD
 seconds=${1:-${FUZZ_SECONDS:-45}}
 build=${BUILD:-build-fuzz}
 jobs=${JOBS:-2}
-targets=(${FUZZ_TARGETS:-fuzz_execute_plan fuzz_put_assembly fuzz_npy fuzz_graph_json})
+targets=(${FUZZ_TARGETS:-fuzz_execute_plan fuzz_put_assembly fuzz_npy fuzz_graph_json fuzz_model_infer_parse})
 artifacts=${FUZZ_ARTIFACTS:-$build/artifacts}
 [[ $artifacts == /* ]] || artifacts=$root/$artifacts
 

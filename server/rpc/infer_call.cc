@@ -66,9 +66,13 @@ void SetDouble(Params* params, const std::string& key, double v) {
 
 class InferCall final : public GraphCall {
  public:
-  InferCall(InferenceService& inf, grpc::CallbackServerContext* ctx, const ModelInferRequest& req,
-            ModelInferResponse* resp)
-      : GraphCall(inf.ops(), ctx, "ModelInfer"), inf_(inf), req_(req), resp_(resp) {}
+  InferCall(InferenceService& inf, grpc::CallbackServerContext* ctx,
+            const ParsedRequest<ModelInferRequest>& parsed, ModelInferResponse* resp)
+      : GraphCall(inf.ops(), ctx, "ModelInfer"),
+        inf_(inf),
+        parsed_(parsed),
+        req_(parsed.message),
+        resp_(resp) {}
 
  private:
   // Where a requested output goes.
@@ -97,6 +101,7 @@ class InferCall final : public GraphCall {
                           const std::string& tenant, Graph* graph);
 
   InferenceService& inf_;
+  const ParsedRequest<ModelInferRequest>& parsed_;  // raw_input_contents are read through it
   const ModelInferRequest& req_;
   ModelInferResponse* const resp_;
   SavedGraphPtr saved_;  // the saved graph this request runs, kept while the graph views it
@@ -290,7 +295,7 @@ absl::Status InferCall::AddInput(int i, const ModelInput& model_input, const std
           what, " carries no bytes: give it raw_input_contents, contents, a shared memory region "
           "or an opserve_stored_tensor"));
     }
-    t.data = req_.raw_input_contents(*raw_used);
+    t.data = parsed_.Lifted(req_.raw_input_contents(*raw_used), *raw_used);
     ++*raw_used;
   }
   graph->inlines.push_back(t);
@@ -412,9 +417,9 @@ absl::Status InferCall::Respond(ExecuteResult result, double queue_us) {
 
 }  // namespace
 
-grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerContext* ctx,
-                                                       const ModelInferRequest* req,
-                                                       ModelInferResponse* resp) {
+grpc::ServerUnaryReactor* InferenceService::ModelInfer(
+    grpc::CallbackServerContext* ctx, const ParsedRequest<ModelInferRequest>* req,
+    ModelInferResponse* resp) {
   auto* call = new InferCall(*this, ctx, *req, resp);
   call->Start();
   return call;

@@ -37,9 +37,11 @@ class InferenceService final
   grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* ctx,
                                           const inference::ModelMetadataRequest* req,
                                           inference::ModelMetadataResponse* resp) override;
+  // Not the generated override: its request carries the raw_input_contents received into the
+  // receive pool (ParseUnaryLifting).
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* ctx,
-                                       const inference::ModelInferRequest* req,
-                                       inference::ModelInferResponse* resp) override;
+                                       const ParsedRequest<inference::ModelInferRequest>* req,
+                                       inference::ModelInferResponse* resp);
   grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* ctx,
                                             const inference::RepositoryIndexRequest* req,
                                             inference::RepositoryIndexResponse* resp) override;

@@ -4,9 +4,12 @@
 // the field). Both of the server's services, opserve.v1.OpServe and inference's, derive from it.
 #pragma once
 
+#include <grpcpp/support/message_allocator.h>
 #include <grpcpp/support/server_callback.h>
 
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/string_view.h"
 #include "google/protobuf/descriptor.h"
@@ -42,6 +45,29 @@ class ParsedService : public Generated {
             }));
   }
 
+  // ParseUnary for a method whose requests carry large `bytes` entries in the top-level repeated
+  // field `field` (ModelInfer's raw_input_contents): those are received into blocks of `pool`
+  // (receive_pool.h) and `method` gets the whole ParsedRequest, to read them with Lifted().
+  template <typename Request, typename Response>
+  void ParseUnaryLifting(absl::string_view rpc, int field, std::shared_ptr<ReceivePool> pool,
+                         grpc::ServerUnaryReactor* (Derived::*method)(
+                             grpc::CallbackServerContext*, const ParsedRequest<Request>*, Response*)) {
+    auto* handler = new grpc::internal::CallbackUnaryHandler<ParsedRequest<Request>, Response>(
+        [this, rpc, method](grpc::CallbackServerContext* ctx, const ParsedRequest<Request>* req,
+                            Response* resp) -> grpc::ServerUnaryReactor* {
+          TakeOverParsed(req);
+          Derived* self = static_cast<Derived*>(this);
+          if (req->status.ok()) return (self->*method)(ctx, req, resp);
+          grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+          reactor->Finish(ToGrpcStatus(self->RefuseUnparsed(ctx, rpc, req->status)));
+          return reactor;
+        });
+    auto allocator = std::make_shared<LiftingAllocator<Request, Response>>(std::move(pool), field);
+    handler->SetMessageAllocator(allocator.get());
+    allocators_.push_back(std::move(allocator));
+    this->MarkMethodCallback(MethodIndex(rpc), handler);
+  }
+
   // The position of `rpc` in the service, which is the index the generated code registers it at.
   int MethodIndex(absl::string_view rpc) const {
     return google::protobuf::DescriptorPool::generated_pool()
@@ -51,7 +77,34 @@ class ParsedService : public Generated {
   }
 
  private:
+  // Makes each call's request and response, the request told where its large entries go (the
+  // default holder would build a ParsedRequest that knows no pool). Freed by gRPC after OnDone.
+  template <typename Request, typename Response>
+  class LiftingAllocator final : public grpc::MessageAllocator<ParsedRequest<Request>, Response> {
+   public:
+    LiftingAllocator(std::shared_ptr<ReceivePool> pool, int field) : pool_(std::move(pool)), field_(field) {}
+    grpc::MessageHolder<ParsedRequest<Request>, Response>* AllocateMessages() override {
+      return new Holder(pool_.get(), field_);
+    }
+
+   private:
+    struct Holder final : grpc::MessageHolder<ParsedRequest<Request>, Response> {
+      Holder(ReceivePool* pool, int field) {
+        request.lift_pool = pool;
+        request.lift_field = field;
+        this->set_request(&request);
+        this->set_response(&response);
+      }
+      void Release() override { delete this; }
+      ParsedRequest<Request> request;
+      Response response;
+    };
+    const std::shared_ptr<ReceivePool> pool_;
+    const int field_;
+  };
+
   const std::string service_;
+  std::vector<std::shared_ptr<void>> allocators_;  // the handlers point at them
 };
 
 }  // namespace opserve

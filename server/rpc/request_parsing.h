@@ -24,6 +24,7 @@
 #include <map>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -33,6 +34,7 @@
 #include "google/protobuf/message.h"
 #include "google/protobuf/stubs/common.h"
 #include "google/protobuf/wire_format_lite.h"
+#include "server/rpc/receive_pool.h"
 
 namespace opserve {
 
@@ -69,6 +71,17 @@ struct ParsedRequest {
   google::protobuf::Arena arena;
   T& message = *google::protobuf::Arena::CreateMessage<T>(&arena);
   absl::Status status;  // INVALID_ARGUMENT when the bytes did not parse as T
+  // Set before the parse by the method's LiftingAllocator (parsed_service.h): the large entries
+  // of top-level repeated `bytes` field `lift_field` go into blocks of `lift_pool`
+  // (receive_pool.h), in `lifted` by entry; the message keeps those entries empty.
+  ReceivePool* lift_pool = nullptr;
+  int lift_field = 0;
+  std::vector<ReceivePool::Block> lifted;
+  // Entry i of the lifted field: its block, or the message's bytes where it was not lifted.
+  absl::string_view Lifted(const std::string& entry, int i) const {
+    return i < static_cast<int>(lifted.size()) && !lifted[i].empty() ? lifted[i].view()
+                                                                      : absl::string_view(entry);
+  }
 };
 
 // One message of a client stream, read again and again into the same storage. Not on an arena:
@@ -190,7 +203,15 @@ class ParsedSerializationTraits {
     return grpc::SerializationTraits<T>::Serialize(request.message, buffer, own_buffer);
   }
   static grpc::Status Deserialize(grpc::ByteBuffer* buffer, Parsed* request) {
-    request->status = opserve::ParseRequest(buffer, &request->message);
+    bool parsed = false;
+    if constexpr (requires { request->lift_pool; }) {
+      if (request->lift_pool != nullptr) {
+        parsed = ParseLifting(buffer, request->lift_field, *request->lift_pool, &request->message,
+                              &request->lifted);
+        if (!parsed) request->lifted.clear();
+      }
+    }
+    if (!parsed) request->status = opserve::ParseRequest(buffer, &request->message);
     buffer->Clear();  // as gRPC's own protobuf traits do: the bytes are not needed any more
     opserve::PublishParsed(request);
     return grpc::Status::OK;

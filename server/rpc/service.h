@@ -3,10 +3,12 @@
 // worker finishes the call; the result is converted back into the response.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -41,7 +43,8 @@ class OpServeService final
         device_(device),
         store_(store),
         metrics_(metrics),
-        options_(options) {
+        options_(options),
+        receive_pool_(ReceivePool::Create(&device.backend(), ReceiveCacheBytes(options_.limits))) {
     ParseRequestsInHandlers();
   }
 
@@ -89,6 +92,8 @@ class OpServeService final
   SharedMemoryRegistry& regions() { return regions_; }
   Metrics* metrics() { return metrics_; }
   TransferPool& transfers() { return transfers_; }
+  // Where ModelInfer receives its large raw_input_contents (receive_pool.h).
+  const std::shared_ptr<ReceivePool>& receive_pool() { return receive_pool_; }
   const ServiceOptions& options() const { return options_; }
   void RecordRpc(absl::string_view rpc, const absl::Status& s,
                  std::chrono::steady_clock::time_point start);
@@ -155,6 +160,12 @@ class OpServeService final
   const ServiceOptions options_;
   std::function<void()> on_unhealthy_;
   std::atomic<int> active_calls_{0};
+  // Idle receive blocks kept for the next request: two of the largest message, so that a
+  // client sending one after another never maps memory again; at least 64 MiB.
+  static uint64_t ReceiveCacheBytes(const Limits& limits) {
+    return std::max<uint64_t>(64 << 20, 2 * limits.max_message_bytes);
+  }
+  const std::shared_ptr<ReceivePool> receive_pool_;
   // Steps of PutTensor / GetTensor that may wait on the device. Destroyed with the service,
   // after the gRPC server has finished every call: in gRPC 1.51, Server::Shutdown returns only
   // once every callback call's OnDone has run (each call holds a server reference until then),

@@ -230,6 +230,43 @@ TEST_F(KServeTest, TypedContentsAndRefusals) {
   refused(r, grpc::StatusCode::INVALID_ARGUMENT, "'w'");
 }
 
+// raw_input_contents of 1 MiB and more are received into reused blocks, not into the message
+// (server/rpc/receive_pool.h): fresh data each round, so a block handed out again with stale or
+// shifted bytes fails the check; a refused request returns its block, and the next one works.
+TEST_F(KServeTest, LargeRawInputsArriveWholeRequestAfterRequest) {
+  const OpSpec& matmul = *FindOp("matmul");
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(absl::StrCat("round ", round));
+    // a: 2.5 MiB, received into a block; b: 64 KiB, parsed into the message as before.
+    std::vector<client::HostTensor> in = {RandomFloats({640, 1024}, rng_), RandomFloats({1024, 16}, rng_)};
+    ModelInferRequest req;
+    req.set_model_name("matmul");
+    AddRaw(req, "a", in[0]);
+    AddRaw(req, "b", in[1]);
+    if (round == 1) {  // a byte count that disagrees with a's shape, first
+      ModelInferRequest bad = req;
+      bad.mutable_raw_input_contents(0)->append(4, '\0');
+      ModelInferResponse out;
+      grpc::Status s = Infer(bad, &out);
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+      EXPECT_NE(s.error_message().find("'a'"), std::string::npos) << s.error_message();
+    }
+    ModelInferResponse resp;
+    grpc::Status s = Infer(req, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    ASSERT_EQ(resp.raw_output_contents_size(), 1);
+    TensorMeta out;
+    const std::string want = Reference(matmul, in, &out);
+    const std::string& got = resp.raw_output_contents(0);
+    ASSERT_EQ(got.size(), want.size());
+    std::vector<TensorMeta> metas = {{DType::kFloat32, in[0].shape}, {DType::kFloat32, in[1].shape}};
+    std::vector<const void*> ptrs = {in[0].data.data(), in[1].data.data()};
+    EXPECT_TRUE(CheckResult({matmul, metas, ptrs, out, got.data(), want.data()},
+                            resp.parameters().at("algorithm").string_param())
+                    .ok());
+  }
+}
+
 // A graph saved with opserve.v1 runs as a model and answers as Execute does; a stored tensor
 // feeds it, and its output is kept on the server.
 TEST_F(KServeTest, SavedGraphWithStoredInputAndStoredOutput) {

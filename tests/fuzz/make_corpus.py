@@ -2,7 +2,7 @@
 """Writes the seed corpora of tests/fuzz/corpus/<target>/: small valid and near-valid inputs.
 
 The protobuf inputs are encoded by hand (the wire format is a few lines), so the script needs
-nothing beyond Python 3. Run it from anywhere; it rewrites the four corpus directories:
+nothing beyond Python 3. Run it from anywhere; it rewrites the corpus directories:
 
     python3 tests/fuzz/make_corpus.py
 
@@ -342,6 +342,29 @@ def graph_json_seeds():
     }
 
 
+def model_infer_parse_seeds():
+    """fuzz_model_infer_parse: byte 0 sets the slice size (1 + byte), then a ModelInferRequest.
+    Fields: model_name 1, id 3, parameters 4, inputs 5 (name 1, datatype 2, shape 3),
+    raw_input_contents 7; entries of 8 bytes and more are lifted."""
+    x = ld(1, b"x") + ld(2, b"FP32") + packed(3, [2, 3])
+    algo = ld(4, ld(1, b"algorithm") + ld(2, ld(3, b"auto")))
+    base = ld(1, b"row_mean") + ld(3, b"r1") + algo + ld(5, x)
+    raw24 = ld(7, struct.pack("<6f", 1, 2, 3, 4, 5, 6))
+    return {
+        "one_raw_entry": b"\x06" + base + raw24,
+        "raw_first": b"\x00" + raw24 + base,
+        "small_and_large": b"\x02" + base + ld(7, b"abc") + raw24 + ld(7, b"") + raw24,
+        "interleaved": b"\x10" + raw24 + ld(1, b"matmul") + raw24 + ld(5, x) + ld(7, b"tiny"),
+        "raw_cut_short": b"\x03" + base + key(7, 2) + varint(24) + b"\x00" * 10,
+        "raw_length_huge": b"\x01" + base + key(7, 2) + varint(1 << 31) + b"abc",
+        "raw_as_varint": b"\x05" + base + vi(7, 42),
+        "unknown_field": b"\x07" + base + ld(99, b"whatever") + raw24,
+        "not_utf8_name": b"\x04" + ld(1, b"\xff\xfe") + raw24,
+        "group": b"\x08" + base + key(50, 3) + vi(1, 1) + key(50, 4) + raw24,
+        "empty": b"\x00",
+    }
+
+
 def write(target, seeds):
     d = os.path.join(HERE, "corpus", target)
     shutil.rmtree(d, ignore_errors=True)
@@ -359,3 +382,4 @@ if __name__ == "__main__":
     write("fuzz_put_assembly", put_assembly_seeds())
     write("fuzz_npy", npy_seeds())
     write("fuzz_graph_json", graph_json_seeds())
+    write("fuzz_model_infer_parse", model_infer_parse_seeds())

@@ -1,0 +1,93 @@
+// Host blocks that large request fields are received into, reused from call to call.
+//
+// Protobuf parses a 128 MiB `bytes` field into a fresh std::string: glibc maps every block over
+// 32 MiB anew and unmaps it on free, and the string grows by doubling past 50 MB, so each such
+// request pays a page fault per 4 KiB and two extra copies (measured: three quarters of the
+// server's time on a 128 MiB ModelInfer went to that parse). A block from this pool is mapped
+// once, registered with the device once (Backend::RegisterHostMemory: uploads from it run at the
+// host link's speed), and then only copied into.
+//
+// Blocks in use are bounded by the message size limit times the calls in flight, as the strings
+// they replace were; idle blocks are kept up to `max_cached_bytes` and unmapped beyond it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include <grpcpp/support/byte_buffer.h>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "google/protobuf/message.h"
+#include "server/engine/backend.h"
+
+namespace opserve {
+
+class ReceivePool : public std::enable_shared_from_this<ReceivePool> {
+ public:
+  // Fields smaller than this stay in the message: below it the parse costs little.
+  static constexpr uint64_t kMinLiftBytes = 1 << 20;
+
+  // `backend` (may be null: nothing registered) must outlive the pool and every block.
+  static std::shared_ptr<ReceivePool> Create(Backend* backend, uint64_t max_cached_bytes);
+  ~ReceivePool();
+  ReceivePool(const ReceivePool&) = delete;
+  ReceivePool& operator=(const ReceivePool&) = delete;
+
+  // A block of at least `bytes` bytes, returned to the pool when the Block goes.
+  class Block {
+   public:
+    Block() = default;
+    Block(Block&& other) noexcept { *this = std::move(other); }
+    Block& operator=(Block&& other) noexcept;
+    ~Block() { Reset(); }
+    void Reset();
+    char* data() const { return data_; }
+    uint64_t bytes() const { return bytes_; }  // what was asked for
+    absl::string_view view() const { return absl::string_view(data_, bytes_); }
+    bool empty() const { return data_ == nullptr; }
+
+   private:
+    friend class ReceivePool;
+    std::shared_ptr<ReceivePool> pool_;
+    char* data_ = nullptr;
+    uint64_t bytes_ = 0;
+  };
+
+  // RESOURCE_EXHAUSTED when the host cannot map it.
+  absl::StatusOr<Block> Acquire(uint64_t bytes);
+
+  uint64_t cached_bytes() const;   // idle, kept for the next Acquire
+  size_t blocks_in_use() const;
+
+ private:
+  struct Mapping {
+    char* data = nullptr;
+    uint64_t bytes = 0;
+    bool registered = false;
+  };
+  ReceivePool(Backend* backend, uint64_t max_cached_bytes)
+      : backend_(backend), max_cached_bytes_(max_cached_bytes) {}
+  void Release(char* data);
+  void Unmap(const Mapping& m);
+
+  Backend* const backend_;
+  const uint64_t max_cached_bytes_;
+  mutable std::mutex mu_;
+  std::vector<Mapping> idle_;    // oldest first
+  std::vector<Mapping> in_use_;  // what Release needs to know of a block: whether it is registered
+  uint64_t cached_ = 0;
+};
+
+// Parses `buffer` as `message`, except that each entry of the top-level repeated `bytes` field
+// number `field` of at least `min_lift_bytes` is copied from gRPC's slices straight into a block of
+// `pool`, and left empty in the message so that entries keep their positions. `lifted` gets one
+// element per entry of the field, empty where the entry stayed in the message. false when the
+// bytes do not parse this way: the caller then parses them the ordinary way, which says why.
+bool ParseLifting(grpc::ByteBuffer* buffer, int field, ReceivePool& pool,
+                  google::protobuf::Message* message, std::vector<ReceivePool::Block>* lifted,
+                  uint64_t min_lift_bytes = ReceivePool::kMinLiftBytes);
+
+}  // namespace opserve
