@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -194,6 +195,14 @@ std::string Run(const KServeOptions& opt, KServeFigures* f) {
     us.clear();
     if (std::string err = TimeInfer(*stub, rreq, opt.reps, &us, nullptr); !err.empty()) return err;
     f->raw_gbps = f->raw_bytes / (Median(us) * 1e-6) / 1e9;
+    // The same with this client keeping freed memory mapped: glibc otherwise unmaps the
+    // serialized message's blocks after each call and faults them in again for the next, which
+    // is the client's cost, not the server's. (Set last: it stays for the rest of the process.)
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+    us.clear();
+    if (std::string err = TimeInfer(*stub, rreq, opt.reps, &us, nullptr); !err.empty()) return err;
+    f->raw_kept_gbps = f->raw_bytes / (Median(us) * 1e-6) / 1e9;
   }
 
   {  // A small inline request, both APIs, interleaved.
@@ -265,8 +274,8 @@ void PrintKServe(const KServeFigures& f) {
   std::printf("  PutTensor 1 GiB, system shared memory             %8.1f GB/s\n", f.shm_put_gbps);
   std::printf("  ModelInfer 1 GiB, CUDA shared memory in and out  %8.1f us (kernel %.1f us)\n",
               f.cuda_infer_us, f.cuda_kernel_us);
-  std::printf("  ModelInfer %llu MiB, raw_input_contents        %8.2f GB/s\n",
-              static_cast<unsigned long long>(f.raw_bytes >> 20), f.raw_gbps);
+  std::printf("  ModelInfer %llu MiB, raw_input_contents        %8.2f GB/s (client keeping freed memory mapped: %.2f)\n",
+              static_cast<unsigned long long>(f.raw_bytes >> 20), f.raw_gbps, f.raw_kept_gbps);
   std::printf("  10x2048 inline: ModelInfer p50 %.1f us, Execute p50 %.1f us\n", f.infer_p50_us,
               f.execute_p50_us);
   std::printf("  gRPC's floor: unary Health/Check p50 %.1f us\n", f.health_p50_us);
@@ -286,8 +295,8 @@ void AddKServeTargets(const KServeFigures& f, Report& rep) {
                             f.cuda_kernel_us, f.cuda_infer_us - f.cuda_kernel_us, f.health_p50_us),
             f.cuda_infer_us - f.cuda_kernel_us <= 100);
   AddTarget(rep, "OIP: raw_input_contents >= 1.5 GB/s",
-            absl::StrFormat("%.2f GB/s (%llu MiB)", f.raw_gbps,
-                            static_cast<unsigned long long>(f.raw_bytes >> 20)),
+            absl::StrFormat("%.2f GB/s (%llu MiB; %.2f with the client's freed memory kept)", f.raw_gbps,
+                            static_cast<unsigned long long>(f.raw_bytes >> 20), f.raw_kept_gbps),
             f.raw_gbps >= 1.5);
   AddTarget(rep, "OIP: 10x2048 ModelInfer p50 <= 1.2x Execute p50",
             absl::StrFormat("%.1f vs 1.2 x %.1f us", f.infer_p50_us, f.execute_p50_us),

@@ -29,6 +29,7 @@ struct KServeFigures {
   double shm_put_gbps = 0;         // tensor bytes / PutTensor wall time, the region named
   double cuda_infer_us = 0, cuda_kernel_us = 0;
   double raw_gbps = 0;             // raw_input_contents bytes / ModelInfer wall time
+  double raw_kept_gbps = 0;        // the same, the client's malloc keeping freed memory mapped
   uint64_t raw_bytes = 0;
   double infer_p50_us = 0, execute_p50_us = 0;  // 10x2048 row_mean, inline
   double health_p50_us = 0;                      // unary Health/Check: gRPC's floor

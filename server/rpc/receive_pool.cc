@@ -125,6 +125,7 @@ bool ParseLifting(grpc::ByteBuffer* buffer, int field, ReceivePool& pool,
                   google::protobuf::Message* message, std::vector<ReceivePool::Block>* lifted,
                   uint64_t min_lift_bytes) {
   using google::protobuf::internal::WireFormatLite;
+  using google::protobuf::io::CodedOutputStream;
   lifted->clear();
   if (!buffer->Valid()) return false;
   const uint64_t total = buffer->Length();
@@ -137,33 +138,64 @@ bool ParseLifting(grpc::ByteBuffer* buffer, int field, ReceivePool& pool,
     google::protobuf::io::CodedInputStream in(&reader);
     google::protobuf::io::StringOutputStream sink(&rest);
     google::protobuf::io::CodedOutputStream out(&sink);
+    // CodedInputStream reads a varint of up to 10 bytes and keeps its low bits, where protobuf's
+    // parser refuses a tag or a length of more than 5; re-encoded, such a field would parse. So
+    // every top-level tag and varint must come in its shortest form, as serializers write them;
+    // anything else (and groups) is left to the ordinary parse, which decides as protobuf does.
+    const auto shortest = [&in](int from, uint64_t value) {
+      return in.CurrentPosition() - from == static_cast<int>(CodedOutputStream::VarintSize64(value));
+    };
     for (;;) {
+      int at = in.CurrentPosition();
       const uint32_t tag = in.ReadTag();
       if (tag == 0) {
         if (!in.ConsumedEntireMessage()) return false;
         break;
       }
-      if (static_cast<int>(WireFormatLite::GetTagFieldNumber(tag)) != field ||
-          WireFormatLite::GetTagWireType(tag) != WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
-        if (!WireFormatLite::SkipField(&in, tag, &out)) return false;
-        continue;
+      if (!shortest(at, tag)) return false;
+      out.WriteTag(tag);
+      switch (WireFormatLite::GetTagWireType(tag)) {
+        case WireFormatLite::WIRETYPE_VARINT: {
+          uint64_t v = 0;
+          at = in.CurrentPosition();
+          if (!in.ReadVarint64(&v) || !shortest(at, v)) return false;
+          out.WriteVarint64(v);
+          continue;
+        }
+        case WireFormatLite::WIRETYPE_FIXED32: {
+          uint32_t v = 0;
+          if (!in.ReadLittleEndian32(&v)) return false;
+          out.WriteLittleEndian32(v);
+          continue;
+        }
+        case WireFormatLite::WIRETYPE_FIXED64: {
+          uint64_t v = 0;
+          if (!in.ReadLittleEndian64(&v)) return false;
+          out.WriteLittleEndian64(v);
+          continue;
+        }
+        case WireFormatLite::WIRETYPE_LENGTH_DELIMITED:
+          break;
+        default:
+          return false;
       }
       uint32_t size = 0;
-      if (!in.ReadVarint32(&size)) return false;
-      ReceivePool::Block& block = lifted->emplace_back();
-      out.WriteTag(tag);
-      if (size < min_lift_bytes) {
-        std::string small;
-        if (!in.ReadString(&small, static_cast<int>(size))) return false;
-        out.WriteVarint32(size);
-        out.WriteString(small);
-        continue;
-      }
+      at = in.CurrentPosition();
+      if (!in.ReadVarint32(&size) || !shortest(at, size)) return false;
       // A length past the end of the message is refused before anything is mapped for it.
       if (size > total - static_cast<uint64_t>(in.CurrentPosition())) return false;
+      const bool ours = static_cast<int>(WireFormatLite::GetTagFieldNumber(tag)) == field;
+      if (!ours || size < min_lift_bytes) {
+        std::string bytes;
+        if (!in.ReadString(&bytes, static_cast<int>(size))) return false;
+        out.WriteVarint32(size);
+        out.WriteString(bytes);
+        if (ours) lifted->emplace_back();
+        continue;
+      }
       absl::StatusOr<ReceivePool::Block> b = pool.Acquire(size);
       if (!b.ok() || !in.ReadRaw(b->data(), static_cast<int>(size))) return false;
-      block = *std::move(b);
+      lifted->push_back(*std::move(b));
       out.WriteVarint32(0);
     }
   }

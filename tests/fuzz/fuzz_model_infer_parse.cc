@@ -8,8 +8,8 @@
 // Invariants:
 //   - where protobuf refuses the bytes, ParseLifting refuses them too;
 //   - where ParseLifting accepts them, protobuf accepts them, and the two messages are equal
-//     once the lifted entries are put back from their blocks, which hold exactly the entries'
-//     bytes;
+//     once the lifted entries are put back from their blocks (which hold exactly the entries'
+//     bytes), map entries compared in key order;
 //   - every block goes back to the pool when the caller drops it.
 #include <cstddef>
 #include <cstdint>
@@ -20,6 +20,8 @@
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/slice.h>
 
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "inference/grpc_service.pb.h"
 #include "server/rpc/receive_pool.h"
 #include "tests/fuzz/fuzz_check.h"
@@ -30,6 +32,19 @@ namespace {
 constexpr size_t kMaxInputBytes = 1 << 16;
 constexpr uint64_t kLiftBytes = 8;
 constexpr int kField = inference::ModelInferRequest::kRawInputContentsFieldNumber;
+
+// Map entries in key order: protobuf's default serialization follows the map's hash order,
+// which two equal messages need not share.
+std::string Canonical(const google::protobuf::Message& m) {
+  std::string s;
+  {
+    google::protobuf::io::StringOutputStream sink(&s);
+    google::protobuf::io::CodedOutputStream out(&sink);
+    out.SetSerializationDeterministic(true);
+    m.SerializeToCodedStream(&out);
+  }
+  return s;
+}
 
 }  // namespace
 }  // namespace opserve
@@ -64,7 +79,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         FUZZ_CHECK(lifted[i].bytes() >= kLiftBytes, "an entry below the threshold was lifted");
         *got.mutable_raw_input_contents(i) = std::string(lifted[i].view());
       }
-      FUZZ_CHECK(got.SerializeAsString() == want.SerializeAsString(),
+      FUZZ_CHECK(Canonical(got) == Canonical(want),
                  "the lifted parse differs from protobuf's");
     }
   }
