@@ -153,6 +153,8 @@ struct Metrics::Impl {
   prometheus::Gauge* memory_budget = nullptr;
   prometheus::Gauge* memory_total = nullptr;
   prometheus::Gauge* tensors = nullptr;
+  prometheus::Gauge* receive_in_use = nullptr;
+  prometheus::Gauge* receive_idle = nullptr;
   prometheus::Gauge* inflight = nullptr;
   prometheus::Family<prometheus::Gauge>* lane_inflight = nullptr;
   std::vector<prometheus::Gauge*> lanes;  // written once by InitLanes, before the lanes start
@@ -223,6 +225,13 @@ void Metrics::Impl::Build(const std::string& backend) {
                  .Help("Tensors stored on the device.")
                  .Register(*registry)
                  .Add({{"device", device}});
+  auto& receive = prometheus::BuildGauge()
+                      .Name("opserve_receive_buffer_bytes")
+                      .Help("Host blocks ModelInfer receives raw_input_contents of 1 MiB and more "
+                            "into: in use by requests, and idle, kept mapped for the next.")
+                      .Register(*registry);
+  receive_in_use = &receive.Add({{"state", "in_use"}});
+  receive_idle = &receive.Add({{"state", "idle"}});
   inflight = &prometheus::BuildGauge()
                   .Name("opserve_inflight_requests")
                   .Help("RPCs being handled now.")
@@ -404,6 +413,11 @@ void Metrics::SetMemory(uint64_t used, uint64_t budget, uint64_t total) {
 }
 
 void Metrics::SetTensors(int64_t count) { impl_->tensors->Set(static_cast<double>(count)); }
+
+void Metrics::SetReceiveBuffers(uint64_t in_use_bytes, uint64_t idle_bytes) {
+  impl_->receive_in_use->Set(static_cast<double>(in_use_bytes));
+  impl_->receive_idle->Set(static_cast<double>(idle_bytes));
+}
 
 void Metrics::InitLanes(int lanes) {
   for (int lane = static_cast<int>(impl_->lanes.size()); lane < lanes; ++lane) {

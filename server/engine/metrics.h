@@ -38,6 +38,9 @@ class Metrics {
   void RecordTransfer(std::string_view direction, uint64_t bytes);
   void SetMemory(uint64_t used, uint64_t budget, uint64_t total);
   void SetTensors(int64_t count);
+  // Host blocks large request fields are received into (server/rpc/receive_pool.h): held by
+  // requests, and idle, kept for the next.
+  void SetReceiveBuffers(uint64_t in_use_bytes, uint64_t idle_bytes);
   void AddInflight(int64_t delta);
   // Makes the lane series exist at 0 for lanes 0 .. lanes - 1 (call once, before
   // SetLaneInflight).

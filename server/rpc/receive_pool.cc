@@ -65,8 +65,10 @@ absl::StatusOr<ReceivePool::Block> ReceivePool::Acquire(uint64_t bytes) {
     if (best != idle_.end()) {
       b.data_ = best->data;
       cached_ -= best->bytes;
+      in_use_bytes_ += best->bytes;
       in_use_.push_back(*best);
       idle_.erase(best);
+      Notify();
       return b;
     }
   }
@@ -84,6 +86,8 @@ absl::StatusOr<ReceivePool::Block> ReceivePool::Acquire(uint64_t bytes) {
   b.data_ = m.data;
   std::lock_guard<std::mutex> lock(mu_);
   in_use_.push_back(m);
+  in_use_bytes_ += m.bytes;
+  Notify();
   return b;
 }
 
@@ -95,6 +99,7 @@ void ReceivePool::Release(char* data) {
     if (it == in_use_.end()) return;  // not ours: cannot happen, and unmapping it would be worse
     Mapping m = *it;
     in_use_.erase(it);
+    in_use_bytes_ -= m.bytes;
     idle_.push_back(m);
     cached_ += m.bytes;
     while (cached_ > max_cached_bytes_ && !idle_.empty()) {
@@ -102,8 +107,13 @@ void ReceivePool::Release(char* data) {
       drop.push_back(idle_.front());
       idle_.erase(idle_.begin());
     }
+    Notify();
   }
   for (const Mapping& m : drop) Unmap(m);
+}
+
+void ReceivePool::Notify() {
+  if (observer_) observer_(in_use_bytes_, cached_);
 }
 
 void ReceivePool::Unmap(const Mapping& m) {

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -61,6 +62,11 @@ class ReceivePool : public std::enable_shared_from_this<ReceivePool> {
 
   uint64_t cached_bytes() const;   // idle, kept for the next Acquire
   size_t blocks_in_use() const;
+  // Told (bytes mapped in use, idle) after every change, under the pool's lock: for the metrics.
+  // Set before the first Acquire.
+  void SetObserver(std::function<void(uint64_t in_use, uint64_t idle)> observer) {
+    observer_ = std::move(observer);
+  }
 
  private:
   struct Mapping {
@@ -71,6 +77,7 @@ class ReceivePool : public std::enable_shared_from_this<ReceivePool> {
   ReceivePool(Backend* backend, uint64_t max_cached_bytes)
       : backend_(backend), max_cached_bytes_(max_cached_bytes) {}
   void Release(char* data);
+  void Notify();  // under mu_
   void Unmap(const Mapping& m);
 
   Backend* const backend_;
@@ -79,6 +86,8 @@ class ReceivePool : public std::enable_shared_from_this<ReceivePool> {
   std::vector<Mapping> idle_;    // oldest first
   std::vector<Mapping> in_use_;  // what Release needs to know of a block: whether it is registered
   uint64_t cached_ = 0;
+  uint64_t in_use_bytes_ = 0;
+  std::function<void(uint64_t, uint64_t)> observer_;
 };
 
 // Parses `buffer` as `message`, except that each entry of the top-level repeated `bytes` field

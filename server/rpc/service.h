@@ -45,6 +45,11 @@ class OpServeService final
         metrics_(metrics),
         options_(options),
         receive_pool_(ReceivePool::Create(&device.backend(), ReceiveCacheBytes(options_.limits))) {
+    if (metrics_ != nullptr) {
+      receive_pool_->SetObserver([m = metrics_](uint64_t in_use, uint64_t idle) {
+        m->SetReceiveBuffers(in_use, idle);
+      });
+    }
     ParseRequestsInHandlers();
   }
 

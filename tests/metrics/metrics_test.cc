@@ -116,6 +116,7 @@ TEST(MetricsTest, EveryFamilyIsExportedWithItsType) {
       {"opserve_transfer_bytes_total", "counter"},
       {"opserve_device_memory_bytes", "gauge"},
       {"opserve_tensors", "gauge"},
+      {"opserve_receive_buffer_bytes", "gauge"},
       {"opserve_inflight_requests", "gauge"},
       {"opserve_build_info", "gauge"},
   };
@@ -140,6 +141,9 @@ TEST(MetricsTest, EveryFamilyIsExportedWithItsType) {
             1);
   EXPECT_EQ(Value(text, "opserve_inflight_requests"), 0);
   EXPECT_EQ(Value(text, "opserve_tensors", {{"device", "cpu"}}), 0);
+  for (const char* state : {"in_use", "idle"}) {
+    EXPECT_EQ(Value(text, "opserve_receive_buffer_bytes", {{"state", state}}), 0) << state;
+  }
   for (const char* kind : {"used", "budget", "total"}) {
     EXPECT_EQ(Value(text, "opserve_device_memory_bytes", {{"device", "cpu"}, {"kind", kind}}), 0);
   }
