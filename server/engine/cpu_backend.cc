@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "server/engine/guarded_copy.h"
 
 namespace opserve {
 namespace {
@@ -32,9 +33,9 @@ class CpuExecEnv final : public ExecEnv {
  public:
   explicit CpuExecEnv(Backend* backend) : backend_(backend) {}
   absl::StatusOr<BufferPtr> Allocate(uint64_t bytes) override { return backend_->Allocate(bytes); }
+  // Guarded: `src` may be a client's shared memory region (guarded_copy.h).
   absl::Status CopyIn(Buffer& dst, const void* src, uint64_t bytes) override {
-    std::memcpy(dst.data(), src, bytes);
-    return absl::OkStatus();
+    return GuardedCopy(dst.data(), src, bytes);
   }
   absl::Status Fill(Buffer& dst, uint8_t byte, uint64_t bytes) override {
     std::memset(dst.data(), byte, bytes);
@@ -105,13 +106,13 @@ class CpuBackend final : public Backend {
     }
     return std::make_shared<HostBuffer>(p, bytes, &budget_);
   }
+  // Both guarded: a client's shared memory region may be the destination or the source
+  // (guarded_copy.h).
   absl::Status CopyOut(const Buffer& src, uint64_t offset, void* dst, uint64_t bytes) override {
-    std::memcpy(dst, static_cast<const char*>(src.data()) + offset, bytes);
-    return absl::OkStatus();
+    return GuardedCopy(dst, static_cast<const char*>(src.data()) + offset, bytes);
   }
   absl::Status CopyIn(Buffer& dst, const void* src, uint64_t bytes) override {
-    std::memcpy(dst.data(), src, bytes);
-    return absl::OkStatus();
+    return GuardedCopy(dst.data(), src, bytes);
   }
   std::unique_ptr<Uploader> NewUploader(BufferPtr dst) override {
     return std::make_unique<CpuUploader>(std::move(dst));

@@ -7,7 +7,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <iostream>
 
 #include "absl/strings/str_cat.h"
 
@@ -59,11 +58,14 @@ absl::StatusOr<std::shared_ptr<SystemRegion>> SystemRegion::Map(Backend& backend
   }
   region->map_ = map;
   region->data_ = static_cast<char*>(map) + (offset - map_offset);
+  // On the GPU the device copies the page-locked pages, which a client truncating the object
+  // cannot take away; a pageable region would be copied by the driver on the CPU, where a
+  // truncation faults (SIGBUS) inside it. So a region the device cannot lock is refused.
   absl::Status pinned = backend.RegisterHostMemory(map, region->map_bytes_);
   region->pinned_ = pinned.ok();
   if (!pinned.ok()) {
-    std::cerr << "opserve: shared memory " << region->key_ << " stays pageable: " << pinned
-              << std::endl;
+    return absl::ResourceExhaustedError(absl::StrCat("shared memory ", Quote(region->key_),
+                                                     ": cannot page-lock it: ", pinned.message()));
   }
   return region;
 }
