@@ -52,7 +52,7 @@ absl::Status LaunchPlan(const Plan& plan, ExecEnv& env, Metrics* metrics,
       }
       if (absl::Status s = env.CopyIn(**buffer, pi.data.data(), pi.data.size()); !s.ok()) {
         (void)env.Finish(0);
-        return s;
+        return absl::Status(s.code(), absl::StrCat("inline tensor ", Quote(pi.name), ": ", s.message()));
       }
       inline_buffers[in.index] = *std::move(buffer);
     }
@@ -270,7 +270,9 @@ absl::Status CompletePlan(const Plan& plan, Backend& backend, ExecEnv& env, Tens
       out.node = n.id;
       out.meta = n.output;
       if (n.host_dest != nullptr) {
-        RETURN_IF_ERROR(backend.CopyOut(*outputs[i], 0, n.host_dest, n.output.Bytes()));
+        if (absl::Status s = backend.CopyOut(*outputs[i], 0, n.host_dest, n.output.Bytes()); !s.ok()) {
+          return absl::Status(s.code(), absl::StrCat("node ", Quote(n.id), "'s output: ", s.message()));
+        }
         out.in_place = true;
         continue;
       }

@@ -554,6 +554,49 @@ class KServeShrunkObjectTest(Base):
                                 f"opserve exited {status}:\n{server.log()[-600:]}")
 
 
+    def test_object_truncated_while_the_server_copies_it(self):
+        """A client that truncates its object while a request copies from it gets OK (the copy
+        was done first) or INVALID_ARGUMENT, never a dead server (docs/SECURITY.md, item 11)."""
+        server = ks.Server(ARGS.opserve, self.dir, "truncated_mid_copy")
+        outcomes = []
+        try:
+            client = Client(server.target)
+            size = 256 * MiB
+            shm = self.shm(size)
+            self.register("kv_cut", shm, client=client)
+            shape = (size // 4096, 1024)
+            req = request("row_sum", [In("x", "FP32", shape, None, shared_memory_region="kv_cut",
+                                         shared_memory_byte_size=size)])
+            rng = np.random.default_rng(5)
+            for _ in range(12):
+                os.truncate(shm.path, size)  # whole again: the cut pages read as zeros
+                result = {}
+
+                def infer():
+                    try:
+                        client.ModelInfer(req, timeout=60)
+                        result["code"] = "OK"
+                    except grpc.RpcError as e:
+                        result["code"], result["details"] = e.code().name, e.details()
+                t = threading.Thread(target=infer)
+                t.start()
+                time.sleep(rng.uniform(0, 0.05))
+                os.truncate(shm.path, 4096)
+                t.join()
+                outcomes.append(result.get("code"))
+                if server.process.poll() is not None:
+                    break
+                self.assertIn(result.get("code"), ("OK", "INVALID_ARGUMENT"), result)
+                if result["code"] == "INVALID_ARGUMENT":  # the size check, or the guarded copy
+                    self.assertTrue("kv_cut" in result["details"] or "'x'" in result["details"],
+                                    result["details"])
+            alive = server.process.poll() is None
+        finally:
+            status = server.stop()
+        self.assertTrue(alive and status == 0, f"outcomes {outcomes}; opserve exited {status}:\n"
+                        f"{server.log()[-600:]}")
+
+
 class KServeTenancyTest(Base):
     token = "tok-alice-1234"
 
