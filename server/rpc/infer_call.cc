@@ -295,7 +295,7 @@ absl::Status InferCall::AddInput(int i, const ModelInput& model_input, const std
           what, " carries no bytes: give it raw_input_contents, contents, a shared memory region "
           "or an opserve_stored_tensor"));
     }
-    t.data = parsed_.Lifted(req_.raw_input_contents(*raw_used), *raw_used);
+    t.data = LiftedAt(parsed_.lifted, *raw_used, req_.raw_input_contents(*raw_used));
     ++*raw_used;
   }
   graph->inlines.push_back(t);

@@ -99,7 +99,7 @@ InferenceService::InferenceService(OpServeService& ops, std::function<bool()> re
   ParseUnary("ModelReady", &InferenceService::ModelReady);
   ParseUnary("ServerMetadata", &InferenceService::ServerMetadata);
   ParseUnary("ModelMetadata", &InferenceService::ModelMetadata);
-  ParseUnaryLifting("ModelInfer", inference::ModelInferRequest::kRawInputContentsFieldNumber,
+  ParseUnaryLifting("ModelInfer", {inference::ModelInferRequest::kRawInputContentsFieldNumber},
                     ops.receive_pool(), &InferenceService::ModelInfer);
   ParseUnary("RepositoryIndex", &InferenceService::RepositoryIndex);
   ParseUnary("SystemSharedMemoryStatus", &InferenceService::SystemSharedMemoryStatus);

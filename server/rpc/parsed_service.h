@@ -45,11 +45,11 @@ class ParsedService : public Generated {
             }));
   }
 
-  // ParseUnary for a method whose requests carry large `bytes` entries in the top-level repeated
-  // field `field` (ModelInfer's raw_input_contents): those are received into blocks of `pool`
-  // (receive_pool.h) and `method` gets the whole ParsedRequest, to read them with Lifted().
+  // ParseUnary for a method whose requests carry large `bytes` fields at `path` (ModelInfer's
+  // raw_input_contents, Execute's inline tensor data): those are received into blocks of `pool`
+  // (lifted_parse.h) and `method` gets the whole ParsedRequest, to find them in `lifted`.
   template <typename Request, typename Response>
-  void ParseUnaryLifting(absl::string_view rpc, int field, std::shared_ptr<ReceivePool> pool,
+  void ParseUnaryLifting(absl::string_view rpc, LiftPath path, std::shared_ptr<ReceivePool> pool,
                          grpc::ServerUnaryReactor* (Derived::*method)(
                              grpc::CallbackServerContext*, const ParsedRequest<Request>*, Response*)) {
     auto* handler = new grpc::internal::CallbackUnaryHandler<ParsedRequest<Request>, Response>(
@@ -62,7 +62,7 @@ class ParsedService : public Generated {
           reactor->Finish(ToGrpcStatus(self->RefuseUnparsed(ctx, rpc, req->status)));
           return reactor;
         });
-    auto allocator = std::make_shared<LiftingAllocator<Request, Response>>(std::move(pool), field);
+    auto allocator = std::make_shared<LiftingAllocator<Request, Response>>(std::move(pool), std::move(path));
     handler->SetMessageAllocator(allocator.get());
     allocators_.push_back(std::move(allocator));
     this->MarkMethodCallback(MethodIndex(rpc), handler);
@@ -82,16 +82,17 @@ class ParsedService : public Generated {
   template <typename Request, typename Response>
   class LiftingAllocator final : public grpc::MessageAllocator<ParsedRequest<Request>, Response> {
    public:
-    LiftingAllocator(std::shared_ptr<ReceivePool> pool, int field) : pool_(std::move(pool)), field_(field) {}
+    LiftingAllocator(std::shared_ptr<ReceivePool> pool, LiftPath path)
+        : pool_(std::move(pool)), path_(std::move(path)) {}
     grpc::MessageHolder<ParsedRequest<Request>, Response>* AllocateMessages() override {
-      return new Holder(pool_.get(), field_);
+      return new Holder(pool_.get(), &path_);
     }
 
    private:
     struct Holder final : grpc::MessageHolder<ParsedRequest<Request>, Response> {
-      Holder(ReceivePool* pool, int field) {
+      Holder(ReceivePool* pool, const LiftPath* path) {
         request.lift_pool = pool;
-        request.lift_field = field;
+        request.lift_path = path;
         this->set_request(&request);
         this->set_response(&response);
       }
@@ -100,7 +101,7 @@ class ParsedService : public Generated {
       Response response;
     };
     const std::shared_ptr<ReceivePool> pool_;
-    const int field_;
+    const LiftPath path_;
   };
 
   const std::string service_;

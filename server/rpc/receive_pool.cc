@@ -2,16 +2,10 @@
 
 #include <sys/mman.h>
 
-#include <grpcpp/support/proto_buffer_reader.h>
-
 #include <algorithm>
-#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "google/protobuf/io/coded_stream.h"
-#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
-#include "google/protobuf/wire_format_lite.h"
 
 namespace opserve {
 namespace {
@@ -129,87 +123,6 @@ size_t ReceivePool::blocks_in_use() const {
 uint64_t ReceivePool::cached_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return cached_;
-}
-
-bool ParseLifting(grpc::ByteBuffer* buffer, int field, ReceivePool& pool,
-                  google::protobuf::Message* message, std::vector<ReceivePool::Block>* lifted,
-                  uint64_t min_lift_bytes) {
-  using google::protobuf::internal::WireFormatLite;
-  using google::protobuf::io::CodedOutputStream;
-  lifted->clear();
-  if (!buffer->Valid()) return false;
-  const uint64_t total = buffer->Length();
-  grpc::ProtoBufferReader reader(buffer);
-  if (!reader.status().ok()) return false;
-  // The rest of the message, re-encoded field by field: every other field as it came, and the
-  // lifted entries as empty ones. Fields in wire order, so protobuf merges them as it would have.
-  std::string rest;
-  {
-    google::protobuf::io::CodedInputStream in(&reader);
-    google::protobuf::io::StringOutputStream sink(&rest);
-    google::protobuf::io::CodedOutputStream out(&sink);
-    // CodedInputStream reads a varint of up to 10 bytes and keeps its low bits, where protobuf's
-    // parser refuses a tag or a length of more than 5; re-encoded, such a field would parse. So
-    // every top-level tag and varint must come in its shortest form, as serializers write them;
-    // anything else (and groups) is left to the ordinary parse, which decides as protobuf does.
-    const auto shortest = [&in](int from, uint64_t value) {
-      return in.CurrentPosition() - from == static_cast<int>(CodedOutputStream::VarintSize64(value));
-    };
-    for (;;) {
-      int at = in.CurrentPosition();
-      const uint32_t tag = in.ReadTag();
-      if (tag == 0) {
-        if (!in.ConsumedEntireMessage()) return false;
-        break;
-      }
-      if (!shortest(at, tag)) return false;
-      out.WriteTag(tag);
-      switch (WireFormatLite::GetTagWireType(tag)) {
-        case WireFormatLite::WIRETYPE_VARINT: {
-          uint64_t v = 0;
-          at = in.CurrentPosition();
-          if (!in.ReadVarint64(&v) || !shortest(at, v)) return false;
-          out.WriteVarint64(v);
-          continue;
-        }
-        case WireFormatLite::WIRETYPE_FIXED32: {
-          uint32_t v = 0;
-          if (!in.ReadLittleEndian32(&v)) return false;
-          out.WriteLittleEndian32(v);
-          continue;
-        }
-        case WireFormatLite::WIRETYPE_FIXED64: {
-          uint64_t v = 0;
-          if (!in.ReadLittleEndian64(&v)) return false;
-          out.WriteLittleEndian64(v);
-          continue;
-        }
-        case WireFormatLite::WIRETYPE_LENGTH_DELIMITED:
-          break;
-        default:
-          return false;
-      }
-      uint32_t size = 0;
-      at = in.CurrentPosition();
-      if (!in.ReadVarint32(&size) || !shortest(at, size)) return false;
-      // A length past the end of the message is refused before anything is mapped for it.
-      if (size > total - static_cast<uint64_t>(in.CurrentPosition())) return false;
-      const bool ours = static_cast<int>(WireFormatLite::GetTagFieldNumber(tag)) == field;
-      if (!ours || size < min_lift_bytes) {
-        std::string bytes;
-        if (!in.ReadString(&bytes, static_cast<int>(size))) return false;
-        out.WriteVarint32(size);
-        out.WriteString(bytes);
-        if (ours) lifted->emplace_back();
-        continue;
-      }
-      absl::StatusOr<ReceivePool::Block> b = pool.Acquire(size);
-      if (!b.ok() || !in.ReadRaw(b->data(), static_cast<int>(size))) return false;
-      lifted->push_back(*std::move(b));
-      out.WriteVarint32(0);
-    }
-  }
-  return message->ParseFromString(rest);
 }
 
 }  // namespace opserve

@@ -17,11 +17,8 @@
 #include <mutex>
 #include <vector>
 
-#include <grpcpp/support/byte_buffer.h>
-
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "google/protobuf/message.h"
 #include "server/engine/backend.h"
 
 namespace opserve {
@@ -89,14 +86,5 @@ class ReceivePool : public std::enable_shared_from_this<ReceivePool> {
   uint64_t in_use_bytes_ = 0;
   std::function<void(uint64_t, uint64_t)> observer_;
 };
-
-// Parses `buffer` as `message`, except that each entry of the top-level repeated `bytes` field
-// number `field` of at least `min_lift_bytes` is copied from gRPC's slices straight into a block of
-// `pool`, and left empty in the message so that entries keep their positions. `lifted` gets one
-// element per entry of the field, empty where the entry stayed in the message. false when the
-// bytes do not parse this way: the caller then parses them the ordinary way, which says why.
-bool ParseLifting(grpc::ByteBuffer* buffer, int field, ReceivePool& pool,
-                  google::protobuf::Message* message, std::vector<ReceivePool::Block>* lifted,
-                  uint64_t min_lift_bytes = ReceivePool::kMinLiftBytes);
 
 }  // namespace opserve

@@ -34,7 +34,7 @@
 #include "google/protobuf/message.h"
 #include "google/protobuf/stubs/common.h"
 #include "google/protobuf/wire_format_lite.h"
-#include "server/rpc/receive_pool.h"
+#include "server/rpc/lifted_parse.h"
 
 namespace opserve {
 
@@ -71,17 +71,12 @@ struct ParsedRequest {
   google::protobuf::Arena arena;
   T& message = *google::protobuf::Arena::CreateMessage<T>(&arena);
   absl::Status status;  // INVALID_ARGUMENT when the bytes did not parse as T
-  // Set before the parse by the method's LiftingAllocator (parsed_service.h): the large entries
-  // of top-level repeated `bytes` field `lift_field` go into blocks of `lift_pool`
-  // (receive_pool.h), in `lifted` by entry; the message keeps those entries empty.
+  // Set before the parse by the method's LiftingAllocator (parsed_service.h): the large `bytes`
+  // fields at `lift_path` go into blocks of `lift_pool` (lifted_parse.h), listed in `lifted`;
+  // the message keeps them empty.
   ReceivePool* lift_pool = nullptr;
-  int lift_field = 0;
-  std::vector<ReceivePool::Block> lifted;
-  // Entry i of the lifted field: its block, or the message's bytes where it was not lifted.
-  absl::string_view Lifted(const std::string& entry, int i) const {
-    return i < static_cast<int>(lifted.size()) && !lifted[i].empty() ? lifted[i].view()
-                                                                      : absl::string_view(entry);
-  }
+  const LiftPath* lift_path = nullptr;
+  std::vector<LiftedEntry> lifted;
 };
 
 // One message of a client stream, read again and again into the same storage. Not on an arena:
@@ -206,7 +201,7 @@ class ParsedSerializationTraits {
     bool parsed = false;
     if constexpr (requires { request->lift_pool; }) {
       if (request->lift_pool != nullptr) {
-        parsed = ParseLifting(buffer, request->lift_field, *request->lift_pool, &request->message,
+        parsed = ParseLifting(buffer, *request->lift_path, *request->lift_pool, &request->message,
                               &request->lifted);
         if (!parsed) request->lifted.clear();
       }

@@ -65,9 +65,11 @@ class OpServeService final
   grpc::ServerUnaryReactor* ListTensors(grpc::CallbackServerContext* ctx,
                                         const v1::ListTensorsRequest* req,
                                         v1::ListTensorsResponse* resp) override;
+  // Not the generated override: its request carries the inline tensors' data received into the
+  // receive pool (ParseUnaryLifting).
   grpc::ServerUnaryReactor* Execute(grpc::CallbackServerContext* ctx,
-                                    const v1::ExecuteRequest* req,
-                                    v1::ExecuteResponse* resp) override;
+                                    const ParsedRequest<v1::ExecuteRequest>* req,
+                                    v1::ExecuteResponse* resp);
   grpc::ServerUnaryReactor* ListOps(grpc::CallbackServerContext* ctx,
                                     const v1::ListOpsRequest* req,
                                     v1::ListOpsResponse* resp) override;
@@ -97,7 +99,7 @@ class OpServeService final
   SharedMemoryRegistry& regions() { return regions_; }
   Metrics* metrics() { return metrics_; }
   TransferPool& transfers() { return transfers_; }
-  // Where ModelInfer receives its large raw_input_contents (receive_pool.h).
+  // Where Execute and ModelInfer receive their large tensor bytes (receive_pool.h).
   const std::shared_ptr<ReceivePool>& receive_pool() { return receive_pool_; }
   const ServiceOptions& options() const { return options_; }
   void RecordRpc(absl::string_view rpc, const absl::Status& s,
@@ -131,7 +133,10 @@ class OpServeService final
   void ParseRequestsInHandlers() {
     ParseUnary("DeleteTensor", &OpServeService::DeleteTensor);
     ParseUnary("ListTensors", &OpServeService::ListTensors);
-    ParseUnary("Execute", &OpServeService::Execute);
+    ParseUnaryLifting("Execute",
+                      {v1::ExecuteRequest::kInlineTensorsFieldNumber, /*the map entry's value*/ 2,
+                       v1::Tensor::kDataFieldNumber},
+                      receive_pool_, &OpServeService::Execute);
     ParseUnary("ListOps", &OpServeService::ListOps);
     ParseUnary("SaveGraph", &OpServeService::SaveGraph);
     ParseUnary("DeleteGraph", &OpServeService::DeleteGraph);

@@ -362,6 +362,30 @@ def model_infer_parse_seeds():
         "not_utf8_name": b"\x04" + ld(1, b"\xff\xfe") + raw24,
         "group": b"\x08" + base + key(50, 3) + vi(1, 1) + key(50, 4) + raw24,
         "empty": b"\x00",
+        # Found by the fuzzer: a 7-byte tag (CodedInputStream keeps its low bits, protobuf
+        # refuses it), and map entries beside unknown fixed32 fields.
+        "tag_of_seven_bytes": bytes.fromhex("020a08726f775f6d65216e1a027242d2d2d2d2d2d222130a000000000000001e6e1a0272006f775f6e1a"),
+        "map_entries_and_unknown_fixed32": bytes.fromhex("2e22002d302d2d2d2d972d2d2d3d2d2d2d6e1a02723122130a09616c676f726974686d12061a0461752d2d2d2d2d2d2d2d2d2d332d2d2d2d2d2d2d2d2d2d2d2d2d2d2d2d2d2d2d2d2d"),
+    }
+
+
+def execute_lift_seeds():
+    """fuzz_model_infer_parse's ExecuteRequest mode: byte 0 has bit 7 set. inline_tensors 2 is a
+    map of entries {key 1, value 2: Tensor {dtype 1, shape 2, data 3, shm 4}}."""
+    def entry(name, data, shm=None):
+        value = vi(1, FLOAT32) + packed(2, [len(data) // 4]) + ld(3, data)
+        if shm:
+            value += ld(4, ld(1, shm))
+        return ld(2, ld(1, name) + ld(2, value))
+    node_s = ld(1, node("s", "sum", [inp(inline="x")]))
+    x = struct.pack("<4f", 1, 2, 3, 4)
+    return {
+        "x_inline": b"\x86" + node_s + entry("x", x) + ld(3, ld(1, "s") + vi(2, 1)),
+        "value_before_key": b"\x83" + ld(2, ld(2, vi(1, FLOAT32) + ld(3, x)) + ld(1, "x")),
+        "repeated_key": b"\x90" + entry("x", x) + entry("x", b"tiny") + entry("x", x + x),
+        "two_values_merge": b"\x81" + ld(2, ld(1, "x") + ld(2, ld(3, x)) + ld(2, vi(1, FLOAT32))),
+        "data_and_shm": b"\x84" + entry("x", x, shm="r"),
+        "entry_cut_short": b"\x82" + key(2, 2) + varint(40) + ld(1, "x"),
     }
 
 
@@ -382,4 +406,4 @@ if __name__ == "__main__":
     write("fuzz_put_assembly", put_assembly_seeds())
     write("fuzz_npy", npy_seeds())
     write("fuzz_graph_json", graph_json_seeds())
-    write("fuzz_model_infer_parse", model_infer_parse_seeds())
+    write("fuzz_model_infer_parse", {**model_infer_parse_seeds(), **execute_lift_seeds()})

@@ -1,7 +1,7 @@
-// The blocks ModelInfer receives large raw_input_contents into (server/rpc/receive_pool.h), seen
-// from outside through opserve_receive_buffer_bytes: a large raw input lands in one, the next
-// request of that size reuses it instead of mapping more, a refused request gives its block back
-// too, and a small input never takes one.
+// The blocks ModelInfer's large raw_input_contents and Execute's large inline tensors are received
+// into (server/rpc/receive_pool.h), seen from outside through opserve_receive_buffer_bytes: a
+// large input lands in one, the next request of that size reuses it instead of mapping more, a
+// refused request gives its block back too, and a small input never takes one.
 #include <grpcpp/client_context.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
@@ -94,6 +94,39 @@ TEST_F(ReceiveBuffersTest, ALargeRawInputTakesABlockTheNextOneReuses) {
 
   ASSERT_TRUE(RowMean(128).ok());  // 512 KiB: parsed into the message
   EXPECT_EQ(IdleOnceNoneInUse(), idle);
+  EXPECT_TRUE(Serving());
+}
+
+TEST_F(ReceiveBuffersTest, ALargeExecuteInlineTensorIsReceivedIntoABlockAndComputedRight) {
+  const client::HostTensor x = e2e::RandomFloats({768, 1024}, rng_);  // 3 MiB
+  v1::ExecuteRequest req;
+  AddInline(req, "x", x);
+  AddNode(req, "m", "row_mean", {Inline("x")});
+  AddOutput(req, "m", /*return_inline=*/true);
+  for (int i = 0; i < 2; ++i) {
+    auto r = client().Execute(req);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->outputs_size(), 1);
+    const std::string& y = r->outputs(0).tensor().data();
+    ASSERT_EQ(y.size(), 768u * 4);
+    const float* xs = reinterpret_cast<const float*>(x.data.data());
+    for (int row = 0; row < 768; row += 97) {
+      double want = 0;
+      for (int c = 0; c < 1024; ++c) want += xs[row * 1024 + c];
+      float got;
+      std::memcpy(&got, y.data() + 4 * row, 4);
+      EXPECT_NEAR(got, want / 1024, 1e-5) << "row " << row;
+    }
+  }
+  const double idle = IdleOnceNoneInUse();
+  EXPECT_GE(idle, 3.0 * kMiB) << "the 3 MiB inline tensor was not received into a block";
+  EXPECT_LT(idle, 8.0 * kMiB) << "the second request mapped another block";
+
+  // Its bytes and a shared memory region both: refused, naming the tensor, as for small data.
+  v1::ExecuteRequest both = req;
+  (*both.mutable_inline_tensors())["x"].mutable_shm()->set_region("r");
+  EXPECT_TRUE(StatusIs(client().Execute(both).status(), absl::StatusCode::kInvalidArgument,
+                       {"'x'", "not both"}));
   EXPECT_TRUE(Serving());
 }
 
