@@ -227,8 +227,9 @@ void Metrics::Impl::Build(const std::string& backend) {
                  .Add({{"device", device}});
   auto& receive = prometheus::BuildGauge()
                       .Name("opserve_receive_buffer_bytes")
-                      .Help("Host blocks ModelInfer receives raw_input_contents of 1 MiB and more "
-                            "into: in use by requests, and idle, kept mapped for the next.")
+                      .Help("Host blocks the tensor bytes of a request are received into when they "
+                            "are 1 MiB or more (ModelInfer raw_input_contents, Execute inline "
+                            "data): in use by requests, and idle, kept mapped for the next.")
                       .Register(*registry);
   receive_in_use = &receive.Add({{"state", "in_use"}});
   receive_idle = &receive.Add({{"state", "idle"}});

@@ -1,4 +1,5 @@
-// Host blocks that large request fields are received into, reused from call to call.
+// Host blocks that large request fields (ModelInfer's raw_input_contents, Execute's inline tensor
+// data; lifted_parse.h) are received into, reused from call to call.
 //
 // Protobuf parses a 128 MiB `bytes` field into a fresh std::string: glibc maps every block over
 // 32 MiB anew and unmaps it on free, and the string grows by doubling past 50 MB, so each such
