@@ -3,8 +3,9 @@
 // (and PutTensor naming one) against a cudaMemcpy of 1 GiB from cudaHostRegister'ed memory;
 // the same through CUDA shared memory, input and output in the region (infer time minus kernel
 // time, nothing copied), beside a unary Health/Check's p50 (gRPC's floor on this host); through
-// raw_input_contents (128 MiB, inside the default message limit); and a small inline request's
-// p50 against opserve.v1 Execute's. Medians over the runs, one client, one server.
+// raw_input_contents (128 MiB, inside the default message limit) and the same bytes as an
+// Execute inline tensor; and a small inline request's p50 against opserve.v1 Execute's. Medians
+// over the runs, one client, one server.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +31,7 @@ struct KServeFigures {
   double cuda_infer_us = 0, cuda_kernel_us = 0;
   double raw_gbps = 0;             // raw_input_contents bytes / ModelInfer wall time
   double raw_kept_gbps = 0;        // the same, the client's malloc keeping freed memory mapped
+  double execute_inline_gbps = 0;  // the same bytes as an opserve.v1 Execute inline tensor
   uint64_t raw_bytes = 0;
   double infer_p50_us = 0, execute_p50_us = 0;  // 10x2048 row_mean, inline
   double health_p50_us = 0;                      // unary Health/Check: gRPC's floor
