@@ -31,7 +31,9 @@ bool Inside(const Guard& g, const char* a) {
 void OnSigbus(int sig, siginfo_t* info, void* context) {
   Guard* g = t_guard;
   const char* addr = static_cast<const char*>(info->si_addr);
-  if (g != nullptr && Inside(*g, addr)) {
+  // si_code > 0: raised by the kernel for this thread's access (for a SIGBUS sent by kill(),
+  // si_addr holds no address).
+  if (g != nullptr && info->si_code > 0 && Inside(*g, addr)) {
     g->fault = addr;
     siglongjmp(g->env, 1);
   }
@@ -44,8 +46,10 @@ void OnSigbus(int sig, siginfo_t* info, void* context) {
     g_previous.sa_handler(sig);
     return;
   }
-  // The default action: returning re-runs the faulting access, which then ends the process.
+  // The default action. A fault re-runs its access on return and ends the process then; a sent
+  // signal is raised again, to be delivered once the handler returns.
   signal(sig, SIG_DFL);
+  if (info->si_code <= 0) raise(sig);
 }
 
 void Install() {

@@ -43,7 +43,10 @@ class ExecuteCall final : public GraphCall {
     }
     return g;
   }
-  void ReleaseInputs() override { holds_.clear(); }
+  void ReleaseInputs() override {
+    holds_.clear();
+    parsed_.ReleaseLifted();
+  }
   absl::Status Respond(ExecuteResult result, double queue_us) override {
     convert::ResultToProto(std::move(result), resp_);
     resp_->mutable_timing()->set_queue_us(queue_us);

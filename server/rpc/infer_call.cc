@@ -93,7 +93,10 @@ class InferCall final : public GraphCall {
   absl::StatusOr<Graph> MakeGraph(const std::string& tenant) override;
   absl::Status Respond(ExecuteResult result, double queue_us) override;
   void ClearResponse() override { resp_->Clear(); }
-  void ReleaseInputs() override { holds_.clear(); }
+  void ReleaseInputs() override {
+    holds_.clear();
+    parsed_.ReleaseLifted();
+  }
 
   absl::Status AddInput(int i, const ModelInput& model_input, const std::string& tenant,
                         int* raw_used, Graph* graph);

@@ -2,9 +2,11 @@
 
 #include <grpcpp/support/proto_buffer_reader.h>
 
+#include <algorithm>
 #include <span>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/wire_format_lite.h"
@@ -69,8 +71,13 @@ class Rewriter {
       uint32_t size = 0;
       at = in_.CurrentPosition();
       if (!in_.ReadVarint32(&size) || !shortest(at, size)) return false;
-      // A length past the end of the message is refused before anything is mapped for it.
+      // A length past the end of the message, or of the message this field is in, is refused
+      // before anything is read or mapped for it. (PushLimit would quietly keep the enclosing
+      // limit, and the field would parse short where protobuf refuses the bytes.)
       if (size > total_ - static_cast<uint64_t>(in_.CurrentPosition())) return false;
+      if (const int left = in_.BytesUntilLimit(); left >= 0 && size > static_cast<uint32_t>(left)) {
+        return false;
+      }
       const int number = static_cast<int>(WireFormatLite::GetTagFieldNumber(tag));
       if (path.empty() || number != path[0]) {
         // A large field off the path would be copied twice more here (into `rest`, then by
@@ -129,6 +136,8 @@ bool ParseLifting(grpc::ByteBuffer* buffer, const LiftPath& path, ReceivePool& p
   lifted->clear();
   if (!buffer->Valid() || path.empty()) return false;
   const uint64_t total = buffer->Length();
+  // Nothing in it can be lifted: the ordinary parse, which copies less.
+  if (total < min_lift_bytes) return false;
   grpc::ProtoBufferReader reader(buffer);
   if (!reader.status().ok()) return false;
   std::string rest;
@@ -139,7 +148,20 @@ bool ParseLifting(grpc::ByteBuffer* buffer, const LiftPath& path, ReceivePool& p
     Rewriter rewriter(in, total, pool, min_lift_bytes, lifted);
     if (!rewriter.Level(path, out, nullptr, 0)) return false;
   }
-  return message->ParseFromString(rest);
+  if (!message->ParseFromString(rest)) return false;
+  if (path.size() > 1) {
+    // A map path: keep the entries whose key's last occurrence was lifted (protobuf keeps the
+    // last entry of a key), so that LiftedByKey scans at most one entry per lifted tensor rather
+    // than one per inline tensor of the request.
+    absl::flat_hash_set<std::string> seen;
+    std::vector<LiftedEntry> kept;
+    for (auto it = lifted->rbegin(); it != lifted->rend(); ++it) {
+      if (seen.insert(it->key).second && !it->block.empty()) kept.push_back(std::move(*it));
+    }
+    std::reverse(kept.begin(), kept.end());
+    *lifted = std::move(kept);
+  }
+  return true;
 }
 
 absl::string_view LiftedAt(const std::vector<LiftedEntry>& lifted, int i, const std::string& entry) {

@@ -4,9 +4,10 @@
 // A LiftPath names where those fields are: field numbers from the top level down to a `bytes`
 // field. ModelInfer's raw_input_contents is {7}, a top-level repeated field; Execute's inline
 // tensors are {2, 2, 3}: the inline_tensors map's entries, their value (a Tensor), its data.
-// Each occurrence of the path's first field on the wire gets one LiftedEntry, in wire order; for
-// a map entry it carries the entry's key (field 1), so that the tensor is found by its name with
-// protobuf's rule for a repeated key (the last one wins).
+// For a top-level path each occurrence of the field on the wire gets one LiftedEntry, in wire
+// order, found by position. For a path through a map each entry carries its key (field 1), and
+// only the keys whose last entry was lifted are kept (protobuf keeps the last entry of a key),
+// found by key.
 #pragma once
 
 #include <cstdint>
@@ -31,9 +32,10 @@ struct LiftedEntry {
 
 // Parses `buffer` as `message`, except that the `bytes` fields at `path` of at least
 // `min_lift_bytes` go into blocks of `pool` (listed in `lifted`) and are left empty in the
-// message. false when the bytes do not parse this way, or when a field off the path is as large
-// as a lifted one would be (a ModelInfer with 1 MiB of typed contents): the caller then parses
-// them the ordinary way, which decides as protobuf does and says why.
+// message. false when the bytes do not parse this way, when the message is too small to hold a
+// field worth lifting, or when a field off the path is as large as a lifted one would be (a
+// ModelInfer with 1 MiB of typed contents): the caller then parses them the ordinary way, which
+// decides as protobuf does and says why.
 bool ParseLifting(grpc::ByteBuffer* buffer, const LiftPath& path, ReceivePool& pool,
                   google::protobuf::Message* message, std::vector<LiftedEntry>* lifted,
                   uint64_t min_lift_bytes = ReceivePool::kMinLiftBytes);

@@ -76,7 +76,13 @@ struct ParsedRequest {
   // the message keeps them empty.
   ReceivePool* lift_pool = nullptr;
   const LiftPath* lift_path = nullptr;
-  std::vector<LiftedEntry> lifted;
+  // Mutable: the call gives the blocks back as soon as the device is done with them
+  // (GraphCall::ReleaseInputs), before the response, for the next request to reuse.
+  mutable std::vector<LiftedEntry> lifted;
+  void ReleaseLifted() const {
+    lifted.clear();
+    PublishParsed(this);  // to the destructor, on a gRPC thread (see PublishParsed)
+  }
 };
 
 // One message of a client stream, read again and again into the same storage. Not on an arena:

@@ -386,6 +386,10 @@ def execute_lift_seeds():
         "two_values_merge": b"\x81" + ld(2, ld(1, "x") + ld(2, ld(3, x)) + ld(2, vi(1, FLOAT32))),
         "data_and_shm": b"\x84" + entry("x", x, shm="r"),
         "entry_cut_short": b"\x82" + key(2, 2) + varint(40) + ld(1, "x"),
+        # The value claims 100 bytes inside an entry that ends after 6 of them, and the message
+        # goes on: protobuf refuses it (found in review).
+        "value_past_its_entry": b"\x85" + ld(2, ld(1, "x") + key(2, 2) + varint(100) + ld(3, "abcd")) +
+                                ld(15, b"t" * 200),
     }
 
 

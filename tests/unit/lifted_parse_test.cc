@@ -153,8 +153,51 @@ TEST(ParseLifting, ALengthPastTheEndMapsNothing) {
   grpc::ByteBuffer buffer = Sliced(wire, 4);
   ModelInferRequest got;
   std::vector<LiftedEntry> lifted;
-  EXPECT_FALSE(ParseLifting(&buffer, {kRawField}, *pool, &got, &lifted));
+  EXPECT_FALSE(ParseLifting(&buffer, {kRawField}, *pool, &got, &lifted, /*min_lift_bytes=*/1));
   EXPECT_EQ(pool->cached_bytes(), 0u);
+}
+
+// A map entry whose value claims more bytes than the entry holds: protobuf refuses the request,
+// and so must the lifting parse (it would otherwise stop the value at the entry's end and read
+// what follows the entry as top-level fields).
+TEST(ParseLifting, ANestedLengthPastItsMessageIsRefusedAsProtobufDoes) {
+  const auto ld = [](int field, const std::string& payload) {
+    std::string out;
+    {
+      google::protobuf::io::StringOutputStream sink(&out);
+      google::protobuf::io::CodedOutputStream o(&sink);
+      o.WriteTag(static_cast<uint32_t>(field << 3 | 2));
+      o.WriteVarint32(static_cast<uint32_t>(payload.size()));
+      o.WriteString(payload);
+    }
+    return out;
+  };
+  // The value (field 2 of the entry) says 100 bytes and has 6; the entry ends there.
+  const std::string value = std::string("\x12") + static_cast<char>(100) + ld(3, "abcd");
+  const std::string wire = ld(2, ld(1, "x") + value) + ld(15, std::string(200, 't'));  // the message goes on past 100
+  v1::ExecuteRequest want;
+  ASSERT_FALSE(want.ParseFromString(wire));
+  auto pool = ReceivePool::Create(nullptr, 64 * kMiB);
+  grpc::ByteBuffer buffer = Sliced(wire, 3);
+  v1::ExecuteRequest got;
+  std::vector<LiftedEntry> lifted;
+  EXPECT_FALSE(ParseLifting(&buffer, kInlinePath, *pool, &got, &lifted, /*min_lift_bytes=*/1));
+}
+
+TEST(ParseLifting, ARequestTooSmallToHoldALiftIsLeftToTheOrdinaryParse) {
+  ModelInferRequest req;
+  req.set_model_name("row_mean");
+  req.add_raw_input_contents(std::string(1000, 'a'));
+  const std::string wire = req.SerializeAsString();
+  auto pool = ReceivePool::Create(nullptr, 64 * kMiB);
+  grpc::ByteBuffer buffer = Sliced(wire, 512);
+  ModelInferRequest got;
+  std::vector<LiftedEntry> lifted;
+  EXPECT_FALSE(ParseLifting(&buffer, kRawPath, *pool, &got, &lifted));
+  buffer = Sliced(wire, 512);
+  EXPECT_TRUE(ParseLifting(&buffer, kRawPath, *pool, &got, &lifted, /*min_lift_bytes=*/64));
+  ASSERT_EQ(lifted.size(), 1u);
+  EXPECT_TRUE(LiftedAt(lifted, 0, got.raw_input_contents(0)) == req.raw_input_contents(0));
 }
 
 
@@ -202,7 +245,7 @@ TEST(ParseLifting, ExecuteInlineDataIsLiftedAndFoundByItsTensorsName) {
   v1::ExecuteRequest got;
   std::vector<LiftedEntry> lifted;
   ASSERT_TRUE(ParseLifting(&buffer, kInlinePath, *pool, &got, &lifted));
-  ASSERT_EQ(lifted.size(), 3u);  // one per map entry on the wire
+  ASSERT_EQ(lifted.size(), 1u);  // only the keys whose data was lifted
   ASSERT_TRUE(LiftedByKey(lifted, "x").has_value());
   EXPECT_TRUE(*LiftedByKey(lifted, "x") == x);
   EXPECT_FALSE(LiftedByKey(lifted, "y").has_value());
