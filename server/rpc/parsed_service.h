@@ -33,16 +33,10 @@ class ParsedService : public Generated {
                                                                const Request*, Response*)) {
     this->MarkMethodCallback(
         MethodIndex(rpc),
-        new grpc::internal::CallbackUnaryHandler<ParsedRequest<Request>, Response>(
-            [this, rpc, method](grpc::CallbackServerContext* ctx, const ParsedRequest<Request>* req,
-                                Response* resp) -> grpc::ServerUnaryReactor* {
-              TakeOverParsed(req);
-              Derived* self = static_cast<Derived*>(this);
-              if (req->status.ok()) return (self->*method)(ctx, &req->message, resp);
-              grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-              reactor->Finish(ToGrpcStatus(self->RefuseUnparsed(ctx, rpc, req->status)));
-              return reactor;
-            }));
+        Handler<Request, Response>(rpc, [method](Derived* self, grpc::CallbackServerContext* ctx,
+                                                 const ParsedRequest<Request>* req, Response* resp) {
+          return (self->*method)(ctx, &req->message, resp);
+        }));
   }
 
   // ParseUnary for a method whose requests carry large `bytes` fields at `path` (ModelInfer's
@@ -52,15 +46,10 @@ class ParsedService : public Generated {
   void ParseUnaryLifting(absl::string_view rpc, LiftPath path, std::shared_ptr<ReceivePool> pool,
                          grpc::ServerUnaryReactor* (Derived::*method)(
                              grpc::CallbackServerContext*, const ParsedRequest<Request>*, Response*)) {
-    auto* handler = new grpc::internal::CallbackUnaryHandler<ParsedRequest<Request>, Response>(
-        [this, rpc, method](grpc::CallbackServerContext* ctx, const ParsedRequest<Request>* req,
-                            Response* resp) -> grpc::ServerUnaryReactor* {
-          TakeOverParsed(req);
-          Derived* self = static_cast<Derived*>(this);
-          if (req->status.ok()) return (self->*method)(ctx, req, resp);
-          grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-          reactor->Finish(ToGrpcStatus(self->RefuseUnparsed(ctx, rpc, req->status)));
-          return reactor;
+    auto* handler = Handler<Request, Response>(
+        rpc, [method](Derived* self, grpc::CallbackServerContext* ctx,
+                      const ParsedRequest<Request>* req, Response* resp) {
+          return (self->*method)(ctx, req, resp);
         });
     auto allocator = std::make_shared<LiftingAllocator<Request, Response>>(std::move(pool), std::move(path));
     handler->SetMessageAllocator(allocator.get());
@@ -77,6 +66,23 @@ class ParsedService : public Generated {
   }
 
  private:
+  // The handler both register: a request that parsed goes to `call`, one that did not is
+  // answered through Derived::RefuseUnparsed.
+  template <typename Request, typename Response, typename Call>
+  grpc::internal::CallbackUnaryHandler<ParsedRequest<Request>, Response>* Handler(
+      absl::string_view rpc, Call call) {
+    return new grpc::internal::CallbackUnaryHandler<ParsedRequest<Request>, Response>(
+        [this, rpc, call](grpc::CallbackServerContext* ctx, const ParsedRequest<Request>* req,
+                          Response* resp) -> grpc::ServerUnaryReactor* {
+          TakeOverParsed(req);
+          Derived* self = static_cast<Derived*>(this);
+          if (req->status.ok()) return call(self, ctx, req, resp);
+          grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+          reactor->Finish(ToGrpcStatus(self->RefuseUnparsed(ctx, rpc, req->status)));
+          return reactor;
+        });
+  }
+
   // Makes each call's request and response, the request told where its large entries go (the
   // default holder would build a ParsedRequest that knows no pool). Freed by gRPC after OnDone.
   template <typename Request, typename Response>
