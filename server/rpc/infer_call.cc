@@ -5,6 +5,7 @@
 // `contents`, or the next entry of raw_input_contents (which the inputs with raw bytes take in
 // order). Each requested output goes back in raw_output_contents (one entry per output, empty
 // for those that went elsewhere), into a region, or into the store (opserve_store_as).
+#include <algorithm>
 #include <deque>
 #include <set>
 
@@ -88,6 +89,7 @@ class InferCall final : public GraphCall {
     std::string name;
     int dtype = 0;                     // 0: any the op takes
     std::span<const int64_t> shape;    // empty with dtype 0: any
+    const OpSpec* op = nullptr;        // an op model's op: the datatypes it takes
   };
 
   absl::StatusOr<Graph> MakeGraph(const std::string& tenant) override;
@@ -127,7 +129,7 @@ absl::StatusOr<Graph> InferCall::MakeGraph(const std::string& tenant) {
     n.algorithm = owned_.emplace_back(algorithm);
     for (const char* name : op->arity == 1 ? std::vector<const char*>{"x"}
                                            : std::vector<const char*>{"a", "b"}) {
-      inputs.push_back({name});
+      inputs.push_back({name, 0, {}, op});
       n.inputs.push_back({GraphInput::Source::kInline, owned_.emplace_back(name)});
     }
     model_outputs.emplace_back("y", std::string(op->name));
@@ -184,6 +186,16 @@ absl::StatusOr<Graph> InferCall::MakeGraph(const std::string& tenant) {
       if (m.name == req_.inputs(i).name()) RETURN_IF_ERROR(AddInput(i, m, tenant, &raw_used, &g));
     }
   }
+  // An op's inputs share one datatype: said here in the protocol's words, before the op's own
+  // check says it in opserve's.
+  for (int i = 1; i < req_.inputs_size() && !inputs.empty() && inputs[0].op != nullptr; ++i) {
+    if (req_.inputs(i).datatype() != req_.inputs(0).datatype()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input ", Quote(req_.inputs(i).name()), " is ", req_.inputs(i).datatype(), " and input ",
+          Quote(req_.inputs(0).name()), " ", req_.inputs(0).datatype(), ": ", model,
+          "'s inputs share one datatype"));
+    }
+  }
   if (raw_used != req_.raw_input_contents_size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "raw_input_contents has ", req_.raw_input_contents_size(), " entries, but ", raw_used,
@@ -201,6 +213,13 @@ absl::Status InferCall::AddInput(int i, const ModelInput& model_input, const std
   if (!dtype) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": datatype ", Quote(in.datatype()),
                                                    " is not one opserve runs (FP32, INT32, INT64, BF16)"));
+  }
+  if (const OpSpec* op = model_input.op;
+      op != nullptr && std::find(op->dtypes.begin(), op->dtypes.end(), *dtype) == op->dtypes.end()) {
+    std::vector<std::string> names;
+    for (DType d : op->dtypes) names.emplace_back(DatatypeName(d));
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", op->name, " takes ",
+                                                   absl::StrJoin(names, ", "), ", not ", in.datatype()));
   }
   const std::span<const int64_t> shape(in.shape().data(), in.shape().size());
   if (model_input.dtype != 0) {  // a saved graph's input: its declared dtype and shape

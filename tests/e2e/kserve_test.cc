@@ -181,7 +181,8 @@ TEST_F(KServeTest, EveryOpModelAlgorithmAndDtypeMatchesTheReference) {
 }
 
 // FP32 `contents` instead of raw bytes; an unknown algorithm, model, input, datatype, a byte
-// count that disagrees with the shape: each refused, naming the culprit.
+// count that disagrees with the shape, a datatype the op does not take, inputs of different
+// datatypes: each refused, naming the culprit.
 TEST_F(KServeTest, TypedContentsAndRefusals) {
   ModelInferRequest req;
   req.set_model_name("row_sum");
@@ -228,6 +229,19 @@ TEST_F(KServeTest, TypedContentsAndRefusals) {
   r = req;
   r.add_outputs()->set_name("w");
   refused(r, grpc::StatusCode::INVALID_ARGUMENT, "'w'");
+
+  // An op model's datatypes, in the protocol's names: one the op does not take, and inputs
+  // that differ.
+  ModelInferRequest mm;
+  mm.set_model_name("matmul");
+  AddRaw(mm, "a", Input(v1::INT32, {4, 8}, rng_));
+  AddRaw(mm, "b", Input(v1::INT32, {8, 4}, rng_));
+  refused(mm, grpc::StatusCode::INVALID_ARGUMENT, "input 'a': matmul takes FP32, BF16, not INT32");
+  mm.Clear();
+  mm.set_model_name("matmul");
+  AddRaw(mm, "a", Input(v1::FLOAT32, {4, 8}, rng_));
+  AddRaw(mm, "b", Input(v1::BFLOAT16, {8, 4}, rng_));
+  refused(mm, grpc::StatusCode::INVALID_ARGUMENT, "input 'b' is BF16 and input 'a' FP32");
 }
 
 // raw_input_contents of 1 MiB and more are received into reused blocks, not into the message
