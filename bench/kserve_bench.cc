@@ -55,6 +55,24 @@ ModelInferRequest RowMean(int64_t rows, int64_t cols) {
   return req;
 }
 
+// opserve.v1's counterpart of RowMean: row_mean of inline tensor "x" holding `data`, returned.
+v1::ExecuteRequest RowMeanExecute(int64_t rows, int64_t cols, std::string data) {
+  v1::ExecuteRequest req;
+  auto& t = (*req.mutable_inline_tensors())["x"];
+  t.set_dtype(v1::FLOAT32);
+  t.add_shape(rows);
+  t.add_shape(cols);
+  t.set_data(std::move(data));
+  auto* node = req.add_nodes();
+  node->set_id("m");
+  node->set_op("row_mean");
+  node->add_inputs()->set_inline_name("x");
+  auto* o = req.add_outputs();
+  o->set_node("m");
+  o->set_return_inline(true);
+  return req;
+}
+
 void InRegion(ModelInferRequest& req, const std::string& region, uint64_t bytes) {
   auto& p = *req.mutable_inputs(0)->mutable_parameters();
   p["shared_memory_region"].set_string_param(region);
@@ -196,19 +214,7 @@ std::string Run(const KServeOptions& opt, KServeFigures* f) {
     if (std::string err = TimeInfer(*stub, rreq, opt.reps, &us, nullptr); !err.empty()) return err;
     f->raw_gbps = f->raw_bytes / (Median(us) * 1e-6) / 1e9;
     // opserve.v1's counterpart: the same bytes as an Execute inline tensor.
-    v1::ExecuteRequest ereq;
-    auto& t = (*ereq.mutable_inline_tensors())["x"];
-    t.set_dtype(v1::FLOAT32);
-    t.add_shape(rows);
-    t.add_shape(opt.cols);
-    t.set_data(std::string(host, f->raw_bytes));
-    auto* node = ereq.add_nodes();
-    node->set_id("m");
-    node->set_op("row_mean");
-    node->add_inputs()->set_inline_name("x");
-    auto* o = ereq.add_outputs();
-    o->set_node("m");
-    o->set_return_inline(true);
+    const v1::ExecuteRequest ereq = RowMeanExecute(rows, opt.cols, std::string(host, f->raw_bytes));
     us.clear();
     for (int i = 0; i <= opt.reps; ++i) {
       grpc::ClientContext ctx;
@@ -233,19 +239,7 @@ std::string Run(const KServeOptions& opt, KServeFigures* f) {
     const std::string small(host, 10 * 2048 * 4);
     ModelInferRequest sreq = RowMean(10, 2048);
     sreq.add_raw_input_contents(small);
-    v1::ExecuteRequest ereq;
-    auto& t = (*ereq.mutable_inline_tensors())["x"];
-    t.set_dtype(v1::FLOAT32);
-    t.add_shape(10);
-    t.add_shape(2048);
-    t.set_data(small);
-    auto* node = ereq.add_nodes();
-    node->set_id("m");
-    node->set_op("row_mean");
-    node->add_inputs()->set_inline_name("x");
-    auto* o = ereq.add_outputs();
-    o->set_node("m");
-    o->set_return_inline(true);
+    const v1::ExecuteRequest ereq = RowMeanExecute(10, 2048, small);
     std::vector<double> infer, execute;
     for (int i = 0; i < 200 + opt.small_requests; ++i) {
       grpc::ClientContext c1, c2;

@@ -24,8 +24,7 @@
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/slice.h>
 
-#include "google/protobuf/io/coded_stream.h"
-#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "tests/support/canonical_proto.h"
 #include "inference/grpc_service.pb.h"
 #include "opserve/v1/opserve.pb.h"
 #include "server/rpc/lifted_parse.h"
@@ -37,18 +36,7 @@ namespace {
 constexpr size_t kMaxInputBytes = 1 << 16;
 constexpr uint64_t kLiftBytes = 8;
 
-// Map entries in key order: protobuf's default serialization follows the map's hash order,
-// which two equal messages need not share.
-std::string Canonical(const google::protobuf::Message& m) {
-  std::string s;
-  {
-    google::protobuf::io::StringOutputStream sink(&s);
-    google::protobuf::io::CodedOutputStream out(&sink);
-    out.SetSerializationDeterministic(true);
-    m.SerializeToCodedStream(&out);
-  }
-  return s;
-}
+using test_support::Canonical;
 
 // Puts the lifted bytes back where the message left them empty.
 void PutBack(const std::vector<LiftedEntry>& lifted, inference::ModelInferRequest* m) {

@@ -15,6 +15,7 @@
 
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "tests/support/canonical_proto.h"
 #include "inference/grpc_service.pb.h"
 #include "opserve/v1/opserve.pb.h"
 #include "server/rpc/request_parsing.h"
@@ -40,17 +41,7 @@ std::string RandomBytes(size_t n, std::mt19937_64& rng) {
   return s;
 }
 
-// Map entries in key order: protobuf's default serialization follows the map's hash order.
-std::string Canonical(const google::protobuf::Message& m) {
-  std::string s;
-  {
-    google::protobuf::io::StringOutputStream sink(&s);
-    google::protobuf::io::CodedOutputStream out(&sink);
-    out.SetSerializationDeterministic(true);
-    m.SerializeToCodedStream(&out);
-  }
-  return s;
-}
+using test_support::Canonical;
 
 using inference::ModelInferRequest;
 constexpr int kRawField = ModelInferRequest::kRawInputContentsFieldNumber;
@@ -199,7 +190,6 @@ TEST(ParseLifting, ARequestTooSmallToHoldALiftIsLeftToTheOrdinaryParse) {
   ASSERT_EQ(lifted.size(), 1u);
   EXPECT_TRUE(LiftedAt(lifted, 0, got.raw_input_contents(0)) == req.raw_input_contents(0));
 }
-
 
 TEST(ParseLifting, AFieldOffThePathAsLargeAsALiftLeavesTheRequestToTheOrdinaryParse) {
   ModelInferRequest req;
