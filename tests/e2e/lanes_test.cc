@@ -26,6 +26,10 @@ constexpr int64_t kCols = 33;
 int64_t RowsOf(float version) { return 16 + static_cast<int64_t>(version) % 48; }
 constexpr auto kDuration = std::chrono::seconds(3);
 constexpr int kMaxIterations = 2000;  // per client, whatever the clock says
+// Each client goes on past kDuration until it has checked this many answers, so that a slow
+// machine (a sanitizer build on a loaded CI host) still tests something; kDeadline bounds it.
+constexpr int64_t kMinCheckedPerClient = 12;
+constexpr auto kDeadline = std::chrono::seconds(60);
 
 class LanesTest : public OpserveTest, public ::testing::WithParamInterface<int> {
  protected:
@@ -79,9 +83,15 @@ void RunClient(const std::string& target, int id, Tally& tally) {
   }
   client::Client& c = **connected;
   std::mt19937_64 rng(std::random_device{}() + id);
-  const auto until = std::chrono::steady_clock::now() + kDuration;
+  const auto start = std::chrono::steady_clock::now();
+  const auto until = start + kDuration;
+  const auto deadline = start + kDeadline;
+  const auto more = [&] {
+    const auto now = std::chrono::steady_clock::now();
+    return now < deadline && (now < until || tally.checked < kMinCheckedPerClient);
+  };
   const std::string mine = absl::StrCat("private_", id);
-  for (int it = 0; it < kMaxIterations && std::chrono::steady_clock::now() < until; ++it) {
+  for (int it = 0; it < kMaxIterations && more(); ++it) {
     const std::string shared = absl::StrCat("shared_", rng() % kSharedNames);
     const float version = static_cast<float>(1 + rng() % 1000);
     switch (rng() % 6) {
