@@ -4,7 +4,7 @@
 // segmented reduce, and cuBLAS SGEMM (pedantic FP32), TF32 and BF16. Optionally the service path
 // over loopback gRPC (--ops=...,service). A benchmark, not a test.
 //
-//   opserve-bench [--ops=sum,row_mean,row_sum,transpose,matmul,service,cublas_handles] [--quick]
+//   opserve-bench [--ops=sum,row_mean,row_sum,transpose,matmul,fusion,service,kserve,cublas_handles] [--quick]
 //                 [--out=DIR]
 //                 [--reps=N] [--algos=a,b,auto] [--shapes=LABEL,...] [--opserve=PATH]
 //
@@ -52,12 +52,13 @@ constexpr CaseSet kCaseSets[] = {
     {"row_sum", RowSumCases},
     {"transpose", TransposeCases},
     {"matmul", MatmulCases},
+    {"fusion", FusionCases},
     {"cublas_handles", CublasHandles},
 };
 
 // Each case file's targets, in the order they print.
 constexpr void (*kTargetSets[])(Report& rep) = {SumTargets, RowReduceTargets, TransposeTargets,
-                                                MatmulTargets};
+                                                MatmulTargets, FusionTargets};
 
 // ---- Targets (issue 4), read off the rows: each op's own, then those of every op and the
 // service path's. ----
@@ -123,7 +124,7 @@ Options ParseArgs(int argc, char** argv) {
       o.opserve_bin = v;
     } else if (a == "--help" || a == "-h") {
       std::printf(
-          "opserve-bench [--ops=sum,row_mean,row_sum,transpose,matmul,service,cublas_handles]\n"
+          "opserve-bench [--ops=sum,row_mean,row_sum,transpose,matmul,fusion,service,kserve,cublas_handles]\n"
           "              [--service]\n"
           "              [--quick]\n"
           "              [--out=DIR] [--reps=N>=20] [--algos=a,b,auto] [--shapes=LABEL,...]\n"
@@ -164,6 +165,8 @@ int main(int argc, char** argv) {
   // `--ops=service --server_arg=--device=cpu` runs without a GPU: the service path of the CPU
   // backend, for looking at the gRPC side of the overhead on any machine.
   const bool service_only = opt.ops.size() == 1 && opt.ops.count("service") && !opt.transpose_sweep;
+  // --ops=kserve: the Open Inference Protocol section alone (it needs the GPU).
+  const bool kserve_only = opt.ops.size() == 1 && opt.ops.count("kserve");
   bool have_gpu = true;
   if (absl::Status s = ProbeCuda(0); !s.ok()) {
     if (!service_only) Die(absl::StrCat("no usable GPU: ", s.message()));
@@ -201,7 +204,7 @@ int main(int argc, char** argv) {
     rep.stream_gbps = r.stream_gbps;
     rep.floor_us = r.floor_us;
   }
-  if (opt.ops.count("service")) {
+  if (opt.ops.count("service") || kserve_only) {
 #if OPSERVE_BENCH_SERVICE
     ServiceOptions so;
     so.opserve_bin = opt.opserve_bin;
@@ -214,22 +217,27 @@ int main(int argc, char** argv) {
       const std::string beside = SelfDir() + "/opserve";
       so.opserve_bin = access(beside.c_str(), X_OK) == 0 ? beside : OPSERVE_BIN_DEFAULT;
     }
-    std::printf("service path over loopback gRPC (%s, chunk %lld bytes; 0: the client default)\n", so.opserve_bin.c_str(), static_cast<long long>(so.chunk_bytes));
-    std::fflush(stdout);
-    rep.service = RunServiceBench(so);
-    ConcurrencyOptions co;
-    co.opserve_bin = so.opserve_bin;
-    co.server_args = so.server_args;
-    std::printf("service under concurrent load: lanes 1, 2, 4 x concurrency 1, 16, 64\n");
-    std::fflush(stdout);
-    rep.load = RunConcurrencyBench(co);
-    PrintConcurrency(rep.load, opt.out_dir.empty() ? "" : opt.out_dir + "/load.csv");
-    if (have_gpu) {
+    if (!kserve_only) {
+      std::printf("service path over loopback gRPC (%s, chunk %lld bytes; 0: the client default)\n",
+                  so.opserve_bin.c_str(), static_cast<long long>(so.chunk_bytes));
+      std::fflush(stdout);
+      rep.service = RunServiceBench(so);
+      ConcurrencyOptions co;
+      co.opserve_bin = so.opserve_bin;
+      co.server_args = so.server_args;
+      std::printf("service under concurrent load: lanes 1, 2, 4 x concurrency 1, 16, 64\n");
+      std::fflush(stdout);
+      rep.load = RunConcurrencyBench(co);
+      PrintConcurrency(rep.load, opt.out_dir.empty() ? "" : opt.out_dir + "/load.csv");
+    }
+    if (have_gpu && !kserve_only) {
       ReplayOptions ro;
       ro.opserve_bin = so.opserve_bin;
       ro.server_args = so.server_args;
       rep.replay = RunReplayBench(ro);
       PrintReplay(rep.replay);
+    }
+    if (have_gpu) {
       KServeOptions ko;
       ko.opserve_bin = so.opserve_bin;
       ko.server_args = so.server_args;

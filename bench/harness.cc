@@ -38,6 +38,9 @@ void Print(const Row& r) {
 
 }  // namespace
 
+void SetRowStats(Row& r, const Stats& st) { SetStats(r, st); }
+void PrintRow(const Row& r) { Print(r); }
+
 Case MakeCase(absl::string_view op_name, std::vector<TensorMeta> inputs, std::string shape) {
   Case c;
   c.op = FindOp(op_name);

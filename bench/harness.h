@@ -47,7 +47,7 @@ constexpr uint64_t kCopyBytes = 4ull << 30;    // the D2D ceiling copies 4 GiB (
 constexpr uint64_t kStreamBytes = 4ull << 30;  // the read stream reads 4 GiB a run, 2 sets
 
 struct Options {
-  std::set<std::string> ops = {"sum", "row_mean", "row_sum", "transpose", "matmul", "service"};
+  std::set<std::string> ops = {"sum", "row_mean", "row_sum", "transpose", "matmul", "fusion", "service"};
   bool quick = false;
   std::string out_dir;
   int reps = kDefaultReps;
@@ -221,6 +221,10 @@ const Row* FindAuto(const Report& rep, const std::string& op, const std::string&
                     const std::string& dtype);
 // Appends a target check that holds or misses (not a tie).
 void AddTarget(Report& rep, std::string what, std::string measured, bool holds);
+// A row's timing from `st`, and its GB/s and TFLOP/s from its bytes and flops.
+void SetRowStats(Row& r, const Stats& st);
+// The row as the console table prints it.
+void PrintRow(const Row& r);
 
 // ---- The case files: each op's shapes, anchors, output checks and targets (issue 4). ----
 
@@ -235,6 +239,9 @@ void RowReduceTargets(Report& rep);
 void TransposeCases(Bench& bench);
 void TransposeSweep(Bench& bench, const std::string& dir);
 void TransposeTargets(Report& rep);
+// bench/cases/fusion.cc: the planner's fused kernels against the pairs they replace.
+void FusionCases(Bench& bench);
+void FusionTargets(Report& rep);
 // bench/cases/matmul.cc
 void MatmulCases(Bench& bench);
 void CublasHandles(Bench& bench);

@@ -19,6 +19,7 @@ OPSERVE_DECLARE_MATMUL(MatmulTiled)                 // shared-memory tiles of A 
 OPSERVE_DECLARE_MATMUL(MatmulTiledRegister)         // 1-D register tiling: TM outputs a thread
 OPSERVE_DECLARE_MATMUL(MatmulBlockTiled)            // 2-D register tiling: TMxTN a thread
 OPSERVE_DECLARE_MATMUL(MatmulBlockTiledVectorized)  // + 16-byte loads, A transposed in smem
+OPSERVE_DECLARE_MATMUL(MatmulWarpTiled)             // + warp tiles of 64 x 64, 8 x 16 a thread
 // Tensor cores: TF32 mma for FLOAT32 inputs, BF16 mma for BFLOAT16 inputs, float32 accumulate.
 OPSERVE_DECLARE_MATMUL(MatmulTensorCore)
 // Shared memory a block of MatmulTensorCore asks for (its largest dtype's ring): more than
@@ -44,5 +45,13 @@ cudaError_t MatmulCublas(void* cublas_handle, const float* d_a, const float* d_b
                          int64_t m, int64_t n, int64_t k, cudaStream_t stream);
 cudaError_t MatmulCublas(void* cublas_handle, const bf16_bits* d_a, const bf16_bits* d_b,
                          float* d_c, int64_t m, int64_t n, int64_t k, cudaStream_t stream);
+// The same products written transposed: d_c_t is C^T, row-major [N, M] (the planner's fused
+// transpose(matmul(A, B))).
+cudaError_t MatmulCublasTransposed(void* cublas_handle, const float* d_a, const float* d_b,
+                                   float* d_c_t, int64_t m, int64_t n, int64_t k,
+                                   cudaStream_t stream);
+cudaError_t MatmulCublasTransposed(void* cublas_handle, const bf16_bits* d_a,
+                                   const bf16_bits* d_b, float* d_c_t, int64_t m, int64_t n,
+                                   int64_t k, cudaStream_t stream);
 
 }  // namespace opserve::kernels

@@ -63,4 +63,27 @@ cudaError_t MatmulCublas(void* cublas_handle, const bf16_bits* d_a, const bf16_b
   });
 }
 
+// C^T, row-major [N, M], is column-major C [M, N] with ld M. Our row-major A [M, K] is
+// column-major A^T (ld K) and B [K, N] column-major B^T (ld N), so both go in transposed:
+// gemm(T, T, M, N, K, A with ld K, B with ld N, C^T with ld M).
+cudaError_t MatmulCublasTransposed(void* cublas_handle, const float* d_a, const float* d_b,
+                                   float* d_c_t, int64_t m, int64_t n, int64_t k,
+                                   cudaStream_t stream) {
+  return RunGemm(cublas_handle, m, n, stream, [&](cublasHandle_t handle) {
+    return Cublas()->sgemm_64(handle, CUBLAS_OP_T, CUBLAS_OP_T, m, n, k, &kAlpha, d_a,
+                              /*lda=*/k, d_b, /*ldb=*/n, &kBeta, d_c_t, /*ldc=*/m);
+  });
+}
+
+cudaError_t MatmulCublasTransposed(void* cublas_handle, const bf16_bits* d_a,
+                                   const bf16_bits* d_b, float* d_c_t, int64_t m, int64_t n,
+                                   int64_t k, cudaStream_t stream) {
+  return RunGemm(cublas_handle, m, n, stream, [&](cublasHandle_t handle) {
+    return Cublas()->gemm_ex_64(handle, CUBLAS_OP_T, CUBLAS_OP_T, m, n, k, &kAlpha, d_a,
+                                CUDA_R_16BF, /*lda=*/k, d_b, CUDA_R_16BF, /*ldb=*/n, &kBeta,
+                                d_c_t, CUDA_R_32F, /*ldc=*/m, CUBLAS_COMPUTE_32F,
+                                CUBLAS_GEMM_DEFAULT);
+  });
+}
+
 }  // namespace opserve::kernels

@@ -9,6 +9,8 @@
 #include <functional>
 #include <iterator>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -208,6 +210,32 @@ void MatmulTargets(Report& rep) {
   if (const Row* r = Find(rep, "matmul", "4096x4096x4096", "FLOAT32", "block_tiled_vectorized")) {
     AddTarget(rep, "matmul 4096^3: block_tiled_vectorized >= 0.60x cuBLAS SGEMM",
               absl::StrFormat("%.3fx (%.1f TFLOP/s)", r->ratio, r->tflops), r->ratio >= 0.60);
+  }
+  // Issue 17's: the hand-written FP32 kernel against cuBLAS's pedantic SGEMM, and the ragged
+  // shape's rate against the multiple-size one.
+  for (auto [shape, bar] : {std::pair<const char*, double>{"1024x1024x1024", 0.80},
+                            {"4096x4096x4096", 0.90}, {"8192x8192x8192", 0.90}}) {
+    if (const Row* r = Find(rep, "matmul", shape, "FLOAT32", "warp_tiled")) {
+      AddTarget(rep, absl::StrFormat("matmul %s: warp_tiled >= %.2fx cuBLAS SGEMM", shape, bar),
+                absl::StrFormat("%.3fx (%.1f TFLOP/s)", r->ratio, r->tflops), r->ratio >= bar);
+    }
+  }
+  const Row* ragged = Find(rep, "matmul", "4095x4097x1023", "FLOAT32", "warp_tiled");
+  const Row* whole = Find(rep, "matmul", "4096x4096x4096", "FLOAT32", "warp_tiled");
+  if (ragged != nullptr && whole != nullptr && whole->tflops > 0) {
+    AddTarget(rep, "matmul 4095x4097x1023: warp_tiled >= 0.80x its 4096^3 rate",
+              absl::StrFormat("%.3fx (%.1f vs %.1f TFLOP/s)", ragged->tflops / whole->tflops,
+                              ragged->tflops, whole->tflops),
+              ragged->tflops >= 0.80 * whole->tflops);
+  }
+  for (auto [shape, row_dtype, bar] :
+       {std::tuple<const char*, const char*, double>{"4096x4096x4096", "TF32", 0.90},
+        {"8192x8192x8192", "TF32", 0.90}, {"8192x8192x8192", "BFLOAT16", 1.0}}) {
+    if (const Row* r = Find(rep, "matmul", shape, row_dtype, "tensor_core_sm90a")) {
+      AddTarget(rep, absl::StrFormat("matmul %s: tensor_core_sm90a %s >= %.2fx cuBLAS", shape,
+                                     row_dtype, bar),
+                absl::StrFormat("%.3fx (%.1f TFLOP/s)", r->ratio, r->tflops), r->ratio >= bar);
+    }
   }
   // The cuBLAS targets were set for, and measured on, the wgmma + TMA kernel: the table's
   // tensor_core_sm90a row (tensor_core is the mma.sync kernel alone).

@@ -65,7 +65,10 @@ absl::Status LaunchPlan(const Plan& plan, ExecEnv& env, Metrics* metrics,
   outputs.assign(num_nodes, nullptr);
   std::vector<bool>& skipped = launch->skipped;
   skipped.assign(num_nodes, false);
-  for (int i = 0; i < num_nodes; ++i) skipped[i] = HasEmptyInput(plan.nodes[i]);
+  // A node fused into another runs nothing (and so fills nothing either).
+  for (int i = 0; i < num_nodes; ++i) {
+    skipped[i] = plan.nodes[i].fused_into < 0 && HasEmptyInput(plan.nodes[i]);
+  }
   auto at = [&](int i, const absl::Status& s) {
     const PlanNode& n = plan.nodes[i];
     return absl::Status(s.code(), absl::StrCat("node '", n.id, "' (", std::string(n.op->name), "/",
@@ -75,6 +78,11 @@ absl::Status LaunchPlan(const Plan& plan, ExecEnv& env, Metrics* metrics,
   std::vector<const void*> ptrs;
   auto launch_node = [&](int i) -> absl::Status {
     const PlanNode& n = plan.nodes[i];
+    if (n.fused_into >= 0) {  // its work is in the fused node's kernel; marked for the timing
+      env.MarkStart(i);
+      env.MarkEnd(i);
+      return absl::OkStatus();
+    }
     ptrs.clear();
     for (const PlanInput& in : n.inputs) {
       switch (in.source) {
@@ -111,6 +119,7 @@ absl::Status LaunchPlan(const Plan& plan, ExecEnv& env, Metrics* metrics,
   // intermediate goes back after its last reader.
   bool as_graph = num_nodes >= kMinGraphNodes && env.LaunchesGraphs();
   for (int i = 0; as_graph && i < num_nodes; ++i) {
+    if (plan.nodes[i].fused_into >= 0) continue;  // no output of its own
     if (plan.nodes[i].device_dest) {
       outputs[i] = plan.nodes[i].device_dest;
       continue;
@@ -140,7 +149,7 @@ absl::Status LaunchPlan(const Plan& plan, ExecEnv& env, Metrics* metrics,
         if (in.source == PlanInput::Source::kStored) bindings.push_back(in.stored->buffer->data());
         if (in.source == PlanInput::Source::kInline) bindings.push_back(inline_buffers[in.index]->data());
       }
-      bindings.push_back(outputs[i]->data());
+      if (outputs[i]) bindings.push_back(outputs[i]->data());
     }
     int failed = -1;
     auto replay = env.LaunchAsGraph(plan.signature, bindings, [&]() -> absl::Status {
@@ -183,6 +192,13 @@ absl::Status LaunchPlan(const Plan& plan, ExecEnv& env, Metrics* metrics,
           (void)env.Finish(i);  // drain the device before buffers go back
           return at(i, s);
         }
+      }
+      if (n.fused_into >= 0) {
+        if (absl::Status s = launch_node(i); !s.ok()) {
+          (void)env.Finish(i + 1);
+          return at(i, s);
+        }
+        continue;
       }
       auto out = n.device_dest ? absl::StatusOr<BufferPtr>(n.device_dest)
                                : env.Allocate(n.output.Bytes());
@@ -250,11 +266,17 @@ absl::Status CompletePlan(const Plan& plan, Backend& backend, ExecEnv& env, Tens
 
   for (int i = 0; i < num_nodes; ++i) {
     const PlanNode& n = plan.nodes[i];
-    const double s = skipped[i] ? 0.0 : (*seconds)[i];
-    result->nodes.push_back({n.id, n.op->name, n.algo->name, n.output, s, n.cost});
-    if (metrics != nullptr && !skipped[i]) {
+    // A node fused into another reports that node's kernel: its time and cost, counted once
+    // (there, in the metrics and in the fused node's report).
+    const int ran = n.fused_into >= 0 ? n.fused_into : i;
+    const double s = skipped[ran] ? 0.0 : (*seconds)[ran];
+    const absl::string_view algorithm = n.fusion.empty() ? n.algo->name : n.fusion;
+    NodeReport& report = result->nodes.emplace_back(
+        NodeReport{n.id, n.op->name, algorithm, n.output, s, n.cost});
+    if (n.fused_into >= 0) report.fused_into = plan.nodes[n.fused_into].id;
+    if (metrics != nullptr && !skipped[i] && n.fused_into < 0) {
       metrics->RecordKernel(std::string_view(n.op->name.data(), n.op->name.size()),
-                            std::string_view(n.algo->name.data(), n.algo->name.size()), s,
+                            std::string_view(algorithm.data(), algorithm.size()), s,
                             n.cost.bytes, n.cost.flops);
     }
   }

@@ -78,6 +78,9 @@ struct NodeReport {
   TensorMeta output;
   double kernel_seconds = 0;    // 0 for a node whose input is empty (no kernel ran)
   Cost cost;
+  // A node fused into another: that node's id. Its time and cost are the fused kernel's, which
+  // that node reports too.
+  std::string fused_into;
 };
 
 struct ReturnedTensor {

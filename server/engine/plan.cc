@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "server/engine/fuse.h"
 
 namespace opserve {
 namespace {
@@ -21,15 +22,29 @@ absl::Status AtNode(const absl::Status& s, absl::string_view id, absl::string_vi
   return absl::Status(s.code(), absl::StrCat("node ", Quote(id), " (", op, "): ", s.message()));
 }
 
-absl::StatusOr<AttrMap> CheckAttrs(const GraphNode& node, const OpSpec& op) {
+// Every op takes this attribute: a bool, false keeping the node out of fusion (fuse.h). It is
+// the planner's, so kernels never see it.
+constexpr absl::string_view kFuseAttr = "fuse";
+
+absl::StatusOr<AttrMap> CheckAttrs(const GraphNode& node, const OpSpec& op, bool* fuse) {
   AttrMap attrs;
+  *fuse = true;
   for (const auto& [key, value] : node.attrs) {
+    if (key == kFuseAttr) {
+      const bool* b = value.has_value() ? std::get_if<bool>(&*value) : nullptr;
+      if (b == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("attribute ", Quote(kFuseAttr), " takes a bool (b), to allow or stop fusion"));
+      }
+      *fuse = *b;
+      continue;
+    }
     bool known = false;
     for (absl::string_view a : op.attrs) known |= (a == key);
     if (!known) {
       return absl::InvalidArgumentError(absl::StrCat(
           "unknown attribute ", Quote(key), "; ", op.name, " accepts ",
-          op.attrs.empty() ? "none" : absl::StrJoin(op.attrs, ", ")));
+          op.attrs.empty() ? "" : absl::StrCat(absl::StrJoin(op.attrs, ", "), ", "), kFuseAttr));
     }
     if (!value.has_value()) {
       return absl::InvalidArgumentError(absl::StrCat("attribute ", Quote(key), " has no value"));
@@ -71,6 +86,7 @@ std::string PlanSignature(const Plan& plan) {
   for (const PlanNode& n : plan.nodes) {
     add_string(n.op->name);
     add_string(n.algo->name);
+    absl::StrAppend(&sig, "f", n.fused_into, ";");
     for (const auto& [name, value] : n.attrs) {
       add_string(name);
       std::visit([&](const auto& v) {
@@ -203,8 +219,10 @@ absl::StatusOr<Plan> BuildPlan(const Graph& graph, const Backend& backend,
     n.id = std::string(node.id);
     n.op = FindOp(node.op);
     auto at = [&](const absl::Status& s) { return AtNode(s, n.id, n.op->name); };
-    auto attrs = CheckAttrs(node, *n.op);
+    bool fuse = true;
+    auto attrs = CheckAttrs(node, *n.op, &fuse);
     if (!attrs.ok()) return at(attrs.status());
+    n.fusable = fuse && (node.algorithm.empty() || node.algorithm == "auto");
     n.attrs = *std::move(attrs);
     for (int j = 0; j < static_cast<int>(node.inputs.size()); ++j) {
       const GraphInput& in = node.inputs[j];
@@ -313,6 +331,7 @@ absl::StatusOr<Plan> BuildPlan(const Graph& graph, const Backend& backend,
         " bytes, which with the response's framing exceeds the limit of ", limits.max_message_bytes,
         " bytes (--max_message_bytes); store them and use GetTensor"));
   }
+  FusePlan(plan, backend);
   plan.signature = PlanSignature(plan);
   return plan;
 }

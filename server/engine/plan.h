@@ -46,6 +46,14 @@ struct PlanNode {
   TensorMeta output;
   Cost cost;
   int last_use = -1;  // the last node (index) reading this output; -1 when none does
+  // Fusion (server/engine/fuse.h): the request lets the planner fuse this node (it asks for
+  // `auto` and does not set fuse=false).
+  bool fusable = false;
+  // Set on both nodes of a fused pattern: the rule's name, reported as their algorithm.
+  absl::string_view fusion;
+  // Set on the inner node: the node whose fused kernel computes its part. It runs nothing and
+  // has no output buffer; its inputs are the fused node's.
+  int fused_into = -1;
   bool returned = false;
   void* host_dest = nullptr;  // a returned output's bytes go here, not into the response
   BufferPtr device_dest;      // the node writes its output here (GraphOutput::device_dest)

@@ -117,6 +117,9 @@ absl::Status BlockTiled(const KernelArgs& a) {
 absl::Status BlockTiledVectorized(const KernelArgs& a) {
   return cuda::RunMatmul(a, [](auto... x) { return kernels::MatmulBlockTiledVectorized(x...); });
 }
+absl::Status WarpTiled(const KernelArgs& a) {
+  return cuda::RunMatmul(a, [](auto... x) { return kernels::MatmulWarpTiled(x...); });
+}
 absl::Status TensorCore(const KernelArgs& a) {
   return cuda::RunMatmul(a, [](auto... x) { return kernels::MatmulTensorCore(x...); });
 }
@@ -190,6 +193,10 @@ OpEntry MatmulOp() {
                .dtypes = types, .run = BlockTiledVectorized,
                .min_compute_capability = kSm80,
                .description = "2-D register tiling, 16-byte loads"},
+              {.op = "matmul", .name = "warp_tiled", .backend = "cuda", .dtypes = types,
+               .run = WarpTiled, .min_compute_capability = kSm80,
+               .description = "warp tiles (64 x 64, 8 x 16 outputs a thread; 32 x 32 for small "
+                              "C), double-buffered shared memory"},
               {.op = "matmul", .name = "tensor_core", .backend = "cuda", .dtypes = types,
                .run = TensorCore,
                .min_compute_capability = kSm80,

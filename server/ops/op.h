@@ -152,6 +152,42 @@ struct AlgoSpec {
   absl::string_view fallback = {};
 };
 
+// ---- Fusion: two nodes, outer(inner(...)), run as one kernel (server/ops/fusion.cc) ----
+// The planner rewrites a pattern when the inner node's output is read by the outer node alone
+// (not returned, stored or read elsewhere), both nodes ask for `auto`, and neither sets the
+// attribute fuse=false. The outer node then reads the inner node's inputs and runs the rule's
+// kernel; the inner node runs nothing. Both report the rule's name as their algorithm.
+struct FusionTestModel {
+  // The inner node's input shapes: each case is one graph, checked against the unfused graph.
+  std::vector<std::vector<std::vector<int64_t>>> shapes;
+  std::vector<std::vector<std::vector<int64_t>>> large_shapes;  // the GPU suite only
+  // FLOAT32 outputs: the bound on ||fused - unfused|| / ||unfused|| on inputs drawn from
+  // [0, 1) (no cancellation, so the norm measures the summation error alone). Integer outputs
+  // must be equal.
+  double tolerance = 0;
+  // The CPU row gives the unfused CPU graph's bits.
+  bool cpu_bitwise = false;
+};
+
+struct FusionRule {
+  absl::string_view name;   // "fused:col_mean": what both nodes report as their algorithm
+  absl::string_view outer;  // the op of the node that stays and runs the kernel
+  absl::string_view inner;  // the op whose output only the outer node reads
+  absl::string_view description;
+  // The fused kernel, a row per backend (.op is the outer op): it reads the inner node's inputs
+  // and writes the outer node's output. Empty: the outer op's own `auto` row on the inner node's
+  // inputs (sum(row_sum(X)) is sum(X)).
+  std::vector<AlgoSpec> kernels;
+  FusionTestModel test;
+};
+
+std::span<const FusionRule> FusionRules();
+// The row that runs `rule` on `device` for the inner node's `inputs`, whose fused output must be
+// `output`; nullptr when there is none (another backend, dtype or capability), and the nodes
+// then run unfused.
+const AlgoSpec* FusedKernel(const FusionRule& rule, std::span<const TensorMeta> inputs,
+                            const TensorMeta& output, const DeviceProperties& device);
+
 // Picks the algorithm name for "auto" from the inputs (e.g. row_mean by shape).
 using AutoChooser = absl::string_view (*)(std::span<const TensorMeta> inputs,
                                          const DeviceProperties& device);

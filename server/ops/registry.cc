@@ -17,6 +17,8 @@ OpEntry RowSumOp();
 OpEntry RowMeanOp();
 OpEntry TransposeOp();
 OpEntry MatmulOp();
+// The fusion rules: server/ops/fusion.cc.
+std::vector<FusionRule> FusionEntries();
 }  // namespace ops
 
 namespace {
@@ -30,6 +32,7 @@ struct Table {
   std::vector<OpSpec> ops;
   std::vector<AlgoSpec> algorithms;
   std::vector<AutoRule> auto_rules;
+  std::vector<FusionRule> fusion_rules;
 };
 
 const Table& TheTable() {
@@ -41,6 +44,7 @@ const Table& TheTable() {
       for (AlgoSpec& a : e.algorithms) t->algorithms.push_back(std::move(a));
       for (const AutoRule& r : e.auto_rules) t->auto_rules.push_back(r);
     }
+    t->fusion_rules = ops::FusionEntries();
     return t;
   }();
   return *kTable;
@@ -83,6 +87,7 @@ absl::StatusOr<int> ParseComputeCapability(absl::string_view text) {
 std::span<const OpSpec> Ops() { return TheTable().ops; }
 std::span<const AlgoSpec> Algorithms() { return TheTable().algorithms; }
 std::span<const AutoRule> AutoRules() { return TheTable().auto_rules; }
+std::span<const FusionRule> FusionRules() { return TheTable().fusion_rules; }
 
 const AlgoSpec* CpuReference(absl::string_view op) {
   for (const AlgoSpec& a : Algorithms()) {
@@ -241,6 +246,23 @@ absl::StatusOr<const AlgoSpec*> ResolveAlgorithm(const OpSpec& op, std::span<con
                                                  AlgorithmNames(ok)));
   }
   return WithFallback(a, inputs, device);
+}
+
+const AlgoSpec* FusedKernel(const FusionRule& rule, std::span<const TensorMeta> inputs,
+                            const TensorMeta& output, const DeviceProperties& device) {
+  if (rule.kernels.empty()) {
+    // The outer op itself on the inner node's inputs, where that gives the same output.
+    const OpSpec* outer = FindOp(rule.outer);
+    if (outer == nullptr || static_cast<int>(inputs.size()) != outer->arity) return nullptr;
+    auto meta = outer->infer(inputs);
+    if (!meta.ok() || meta->dtype != output.dtype || meta->shape != output.shape) return nullptr;
+    auto a = ResolveAlgorithm(*outer, inputs, "auto", device);
+    return a.ok() ? *a : nullptr;
+  }
+  for (const AlgoSpec& a : rule.kernels) {
+    if (a.backend == device.name() && RunsOn(a, device) && Accepts(a, inputs[0].dtype)) return &a;
+  }
+  return nullptr;
 }
 
 }  // namespace opserve

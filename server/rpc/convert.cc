@@ -74,6 +74,7 @@ void ResultToProto(ExecuteResult result, v1::ExecuteResponse* response) {
     r->set_flops(n.cost.flops);
     r->set_gbps(s > 0 ? n.cost.bytes / s / 1e9 : 0);
     r->set_gflops(s > 0 ? n.cost.flops / s / 1e9 : 0);
+    r->set_fused_into(n.fused_into);
   }
   for (ReturnedTensor& out : result.outputs) {
     v1::NamedTensor* nt = response->add_outputs();

@@ -393,13 +393,16 @@ absl::Status InferCall::Respond(ExecuteResult result, double queue_us) {
   for (const NodeReport& n : result.nodes) {
     const double us = n.kernel_seconds * 1e6;
     const double gbps = n.kernel_seconds > 0 ? n.cost.bytes / n.kernel_seconds / 1e9 : 0;
-    kernel_us += us;
+    if (n.fused_into.empty()) kernel_us += us;  // a fused kernel counts once
     if (saved_ == nullptr) {  // an op model: its one node
       (*params)["algorithm"].set_string_param(std::string(n.algorithm));
       SetDouble(params, "gbps", gbps);
     } else {
       (*params)[absl::StrCat(n.id, ".algorithm")].set_string_param(std::string(n.algorithm));
       SetDouble(params, absl::StrCat(n.id, ".kernel_us"), us);
+      if (!n.fused_into.empty()) {
+        (*params)[absl::StrCat(n.id, ".fused_into")].set_string_param(n.fused_into);
+      }
       SetDouble(params, absl::StrCat(n.id, ".gbps"), gbps);
     }
   }

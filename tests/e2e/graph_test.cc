@@ -23,8 +23,14 @@ std::vector<float> RandomFloats(size_t n, std::mt19937_64& rng) {
   return v;
 }
 
-TEST_F(GraphTest, RowMeanOfTransposeOfMatmul) {
+// Run fused (the default: row_mean and transpose both ask for auto, and nothing else reads the
+// transpose) and with fuse=false on the transpose: the same answer either way, and the report
+// says which ran.
+class GraphFuseTest : public OpserveTest, public testing::WithParamInterface<bool> {};
+
+TEST_P(GraphFuseTest, RowMeanOfTransposeOfMatmul) {
   SKIP_UNLESS_CPU_BACKEND("names the reference algorithm");
+  const bool fuse = GetParam();
   // Odd sizes: no dimension a multiple of 32.
   constexpr int64_t M = 67, K = 129, N = 33;
   const std::vector<float> a = RandomFloats(M * K, rng_), b = RandomFloats(K * N, rng_);
@@ -34,7 +40,8 @@ TEST_F(GraphTest, RowMeanOfTransposeOfMatmul) {
   AddInline(req, "B", F32({K, N}, b));
   // Listed out of order on purpose: the server orders the graph.
   AddNode(req, "mean", "row_mean", {Node("t")});
-  AddNode(req, "t", "transpose", {Node("mm")}, "auto");
+  v1::Node* t = AddNode(req, "t", "transpose", {Node("mm")}, "auto");
+  if (!fuse) (*t->mutable_attrs())["fuse"].set_b(false);
   AddNode(req, "mm", "matmul", {Stored("A"), Inline("B")}, "reference");
   AddOutput(req, "mean", /*return_inline=*/true, /*store_as=*/"col_means");
   AddOutput(req, "mm", /*return_inline=*/false, /*store_as=*/"C");
@@ -81,13 +88,21 @@ TEST_F(GraphTest, RowMeanOfTransposeOfMatmul) {
   const char* ids[] = {"mm", "t", "mean"};
   const char* ops[] = {"matmul", "transpose", "row_mean"};
   const std::vector<std::vector<int64_t>> shapes = {{M, N}, {N, M}, {N}};
-  const uint64_t bytes[] = {(M * K + K * N + M * N) * 4u, 2u * M * N * 4, (M * N + N) * 4u};
-  const uint64_t flops[] = {2u * M * N * K, 0, static_cast<uint64_t>(M * N)};
+  // Fused, the transpose and the mean both report the column mean's kernel: X read once.
+  const uint64_t col_mean_bytes = (M * N + N) * 4u;
+  const uint64_t bytes[] = {(M * K + K * N + M * N) * 4u, fuse ? col_mean_bytes : 2u * M * N * 4,
+                            col_mean_bytes};
+  const uint64_t flops[] = {2u * M * N * K, fuse ? static_cast<uint64_t>(M * N) : 0,
+                            static_cast<uint64_t>(M * N)};
+  const char* algorithms[] = {"reference", fuse ? "fused:col_mean" : "reference",
+                              fuse ? "fused:col_mean" : "reference"};
+  const char* fused_into[] = {"", fuse ? "mean" : "", ""};
   for (int i = 0; i < 3; ++i) {
     const v1::NodeResult& r = resp->nodes(i);
     EXPECT_EQ(r.id(), ids[i]);
     EXPECT_EQ(r.op(), ops[i]);
-    EXPECT_EQ(r.algorithm(), "reference") << "auto and empty map to reference on the cpu";
+    EXPECT_EQ(r.algorithm(), algorithms[i]) << "auto and empty map to reference on the cpu";
+    EXPECT_EQ(r.fused_into(), fused_into[i]) << ids[i];
     EXPECT_EQ(r.dtype(), v1::FLOAT32);
     EXPECT_EQ(std::vector<int64_t>(r.shape().begin(), r.shape().end()), shapes[i]) << ids[i];
     EXPECT_EQ(r.bytes(), bytes[i]) << ids[i];
@@ -125,6 +140,11 @@ TEST_F(GraphTest, RowMeanOfTransposeOfMatmul) {
   ASSERT_TRUE(r2.ok()) << r2.status();
   EXPECT_EQ(r2->outputs(0).tensor().shape(0), M);
 }
+
+INSTANTIATE_TEST_SUITE_P(FusedAndNot, GraphFuseTest, testing::Bool(),
+                         [](const testing::TestParamInfo<bool>& p) {
+                           return p.param ? "fused" : "fuse_false";
+                         });
 
 TEST_F(GraphTest, EveryOpAndDtypeThroughTheServer) {
   SKIP_UNLESS_CPU_BACKEND("INT64 transpose and reference rows");

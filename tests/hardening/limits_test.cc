@@ -309,7 +309,8 @@ TEST_F(BudgetTest, InlineInputsAndIntermediatesOverTheBudgetChangeNothing) {
   AddNode(mid, "s", "sum", {Stored("A")});
   AddNode(mid, "r", "row_sum", {Stored("A")});
   AddNode(mid, "t", "transpose", {Stored("A")});
-  AddNode(mid, "rt", "row_sum", {Node("t")});
+  // Unfused, so that the transpose is an intermediate (fused, the column sum reads A in place).
+  (*AddNode(mid, "rt", "row_sum", {Node("t")})->mutable_attrs())["fuse"].set_b(false);
   AddOutput(mid, "s", true, "A", /*overwrite=*/true);
   AddOutput(mid, "r", false, "r_out");
   AddOutput(mid, "rt", false, "rt_out");

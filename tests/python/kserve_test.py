@@ -262,10 +262,18 @@ class KServeTest(Base):
         ks.check_close(self, "saved graph", "FP32", "FP32", got, want, 48 + 64, absref)
         params = response.parameters
         total = 0.0
+        # The transpose and the mean run as one column mean (fusion): both report it, and the
+        # transpose names the node whose kernel ran it; the total counts that kernel once.
+        algorithms = {"ab": "reference", "ab_t": "fused:col_mean", "mean": "fused:col_mean"}
         for node in ("ab", "ab_t", "mean"):
             for key in ("algorithm", "kernel_us", "gbps"):
                 self.assertIn(f"{node}.{key}", params, f"graph response parameters: {sorted(params)}")
-            self.assertEqual(params[f"{node}.algorithm"].string_param, "reference")
+            self.assertEqual(params[f"{node}.algorithm"].string_param, algorithms[node])
+            if node == "ab_t":
+                self.assertEqual(params["ab_t.fused_into"].string_param, "mean")
+                self.assertEqual(params["ab_t.kernel_us"].double_param, params["mean.kernel_us"].double_param)
+                continue
+            self.assertNotIn(f"{node}.fused_into", params)
             total += params[f"{node}.kernel_us"].double_param
         self.assertIn("kernel_us", params)
         self.assertAlmostEqual(params["kernel_us"].double_param, total, delta=1e-6 * max(total, 1) + 1e-3)

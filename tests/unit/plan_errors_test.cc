@@ -63,7 +63,8 @@ TEST_F(PlanErrorsTest, ValidThreeNodeGraphPlansInTopologicalOrder) {
   AddInline(req_, "b", v1::FLOAT32, {3, 5});
   // Listed consumers first: the plan must reorder them.
   AddNode(req_, "mean", "row_mean", {Node("t")});
-  AddNode(req_, "t", "transpose", {Node("mm")});
+  // Unfused (fuse=false), so that every node plans as sent (fusion: fusion_test.cc).
+  (*AddNode(req_, "t", "transpose", {Node("mm")})->mutable_attrs())["fuse"].set_b(false);
   AddNode(req_, "mm", "matmul", {Stored("A"), Inline("b")}, "auto");
   AddOutput(req_, "mean", /*return_inline=*/true);
   AddOutput(req_, "mm", /*return_inline=*/false, "C");
@@ -118,7 +119,7 @@ TEST_F(PlanErrorsTest, UnknownAttribute) {
   v1::Node* n = AddNode(req_, "n1", "sum", {Stored("A")});
   (*n->mutable_attrs())["axis"].set_i(0);
   EXPECT_TRUE(StatusIs(BuildStatus(), absl::StatusCode::kInvalidArgument,
-                       {"'n1'", "'axis'", "accepts none"}));
+                       {"'n1'", "'axis'", "accepts fuse"}));
 }
 
 TEST_F(PlanErrorsTest, WrongArityTooFew) {
