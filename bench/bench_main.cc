@@ -53,6 +53,7 @@ constexpr CaseSet kCaseSets[] = {
     {"transpose", TransposeCases},
     {"matmul", MatmulCases},
     {"fusion", FusionCases},
+    {"col_sweep", ColReduceSweep},
     {"cublas_handles", CublasHandles},
 };
 

@@ -241,6 +241,9 @@ void TransposeSweep(Bench& bench, const std::string& dir);
 void TransposeTargets(Report& rep);
 // bench/cases/fusion.cc: the planner's fused kernels against the pairs they replace.
 void FusionCases(Bench& bench);
+// --ops=col_sweep: the column reduction's knobs (kernels/col_reduce_tuning.h) against the read
+// stream, FLOAT32 column means at 8192^2, 65536 x 4096 and 4096^2.
+void ColReduceSweep(Bench& bench);
 void FusionTargets(Report& rep);
 // bench/cases/matmul.cc
 void MatmulCases(Bench& bench);

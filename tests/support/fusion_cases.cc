@@ -33,6 +33,17 @@ std::vector<FusionCase> FusionCases(bool large) {
   return out;
 }
 
+bool FusesOn(const FusionCase& c, absl::string_view backend) {
+  if (c.rule->kernels.empty()) return true;
+  for (const AlgoSpec& a : c.rule->kernels) {
+    if (a.backend != backend) continue;
+    for (DType d : a.dtypes) {
+      if (d == c.dtype) return true;
+    }
+  }
+  return false;
+}
+
 std::vector<FusionCase> RandomFusionCases(std::mt19937_64& rng, int per_rule) {
   std::vector<FusionCase> out;
   for (const FusionRule& rule : FusionRules()) {

@@ -23,6 +23,10 @@ struct FusionCase {
 // Every rule x dtype of its inner op x test shape; `large` adds the GPU suite's shapes.
 std::vector<FusionCase> FusionCases(bool large);
 
+// Whether the case's pattern fuses on `backend` ("cpu", "cuda"): the rule has a row there for
+// its dtype, or runs the outer op's own algorithms.
+bool FusesOn(const FusionCase& c, absl::string_view backend);
+
 // `per_rule` cases of each rule at random shapes (2-D sides up to 2500, matmul sides up to 700)
 // and dtypes of its inner op.
 std::vector<FusionCase> RandomFusionCases(std::mt19937_64& rng, int per_rule);
