@@ -1,7 +1,7 @@
 // matmul, step 7 of siboehm's SGEMM_CUDA progression (warp tiling, his kernel 10) with his
 // kernel 11's double buffering: the block tile is split into warp tiles, and each warp's
 // threads compute WMITER x WNITER sub-tiles of TM x TN outputs, so a warp reads the shared
-// memory of its own 64 x 64 (or 32 x 64) patch and each thread's loads of A and B feed more
+// memory of its own 64 x 64 (or 64 x 32) patch and each thread's loads of A and B feed more
 // FMAs than in block_tiled_vectorized (6 16-byte shared loads per 128 FMAs, against 4 per 64).
 //   - block tile BM x BN, chunk depth BK; A stored transposed in shared memory (as[k][m], rows
 //     padded by 4 floats) so a thread reads its TM rows of A as float4s; B as it is (bs[k][n]);
@@ -9,216 +9,39 @@
 //     chunk's math and stored to the other stage after it, one barrier per chunk;
 //   - tiles walk in grouped order (kGroupM tile rows at a time), so blocks running together
 //     share A and B panels in L2.
-// The configuration is chosen per shape class (Config below, the table's autotuned rows):
-// 128 x 128 tiles for C of at least kSmallTiles 128 x 128 tiles, 64 x 64 below that, where
-// fewer, smaller blocks fill the SMs better.
+// The configuration is chosen per shape class (Large and Small below, from a sweep): 256 x 128
+// tiles for C of at least kSmallTiles of them, 128 x 64 below that, where fewer, smaller blocks
+// fill the SMs better.
 // Vector loads need K and N multiples of 4 and aligned bases; other shapes run the same kernel
 // with per-element guarded loads and stores (kVector = false).
 #include "kernels/matmul.h"
-#include "kernels/matmul_common.cuh"
+#include "kernels/matmul_warp_tiled.cuh"
 
 namespace opserve::kernels {
 namespace {
 
-using matmul::TileCoord;
+using warp_tiled::Config;
 
-constexpr int kWarp = 32;
-constexpr int kGroupM = 8;
-constexpr int kAPad = 4;
-
-template <int BM_, int BN_, int BK_, int WM_, int WN_, int WNITER_, int TM_, int TN_, int THREADS_>
-struct Config {
-  static constexpr int BM = BM_, BN = BN_, BK = BK_, WM = WM_, WN = WN_, WNITER = WNITER_;
-  static constexpr int TM = TM_, TN = TN_, THREADS = THREADS_;
-  static constexpr int WMITER = (WM * WN) / (kWarp * TM * TN * WNITER);
-  static constexpr int WSUBM = WM / WMITER, WSUBN = WN / WNITER;
-  static constexpr int AStride = BM + kAPad;
-  // Global loads per chunk: float4s of A and of B each thread carries.
-  static constexpr int ALoads = BM * BK / 4 / THREADS;
-  static constexpr int BLoads = BK * BN / 4 / THREADS;
-  static_assert((BM / WM) * (BN / WN) * kWarp == THREADS, "warps tile the block");
-  static_assert(WMITER >= 1 && WMITER * kWarp * TM * TN * WNITER == WM * WN, "threads tile a warp");
-  static_assert((WSUBN / TN) * (WSUBM / TM) == kWarp, "a sub-tile is one warp's threads");
-  static_assert(TM % 4 == 0 && TN % 4 == 0, "float4 reads of A and B");
-  static_assert(ALoads >= 1 && ALoads * THREADS * 4 == BM * BK, "whole float4s of A per thread");
-  static_assert(BLoads >= 1 && BLoads * THREADS * 4 == BK * BN, "whole float4s of B per thread");
-  static_assert(BK % 4 == 0 && THREADS % (BK / 4) == 0 && THREADS % (BN / 4) == 0, "load grid");
-};
-
-// Large C: 128 x 128 x 16 tiles, 4 warps of 64 x 64, each thread 8 x 16 outputs (siboehm's
-// kernel-10 parameters for Ampere-class GPUs).
-using Large = Config<128, 128, 16, 64, 64, 4, 8, 4, 128>;
-// Small C: 64 x 64 x 16 tiles, 4 warps of 32 x 32, each thread 4 x 8 outputs (two 4 x 4).
-using Small = Config<64, 64, 16, 32, 32, 2, 4, 4, 128>;
-// Below this many Large tiles the grid would not fill the SMs twice over.
+// The configurations, chosen by bench/diag/matmul_sweep.cu on the H200 (PERFORMANCE.md): 11
+// tile shapes against cuBLAS's pedantic SGEMM at 1024^3, 4096^3 and 8192^3.
+// Large C: 256 x 128 x 8 tiles, 8 warps of 64 x 64, each thread 8 x 16 outputs: 0.911x cuBLAS
+// at 4096^3 and 0.884x at 8192^3 in the sweep (siboehm's 128 x 128 x 16 with 4 warps: 0.866x,
+// 0.843x; BK 8 beat BK 16 at every tile size; the tile-row group, 4 to 16, did not matter).
+using Large = Config<256, 128, 8, 64, 64, 4, 8, 4, 256>;
+// Small C: 128 x 64 x 16 tiles, 4 warps of 64 x 32, each thread 8 x 8 outputs: the fastest at
+// 1024^3, where Large makes 32 blocks for 132 SMs.
+using Small = Config<128, 64, 16, 64, 32, 2, 8, 4, 128>;
+// Below this many Large tiles (two per SM of an H100 / H200) Small fills the GPU better.
 constexpr int64_t kSmallTiles = 264;
-
-template <typename Cfg, typename T, bool kVector>
-__global__ void __launch_bounds__(Cfg::THREADS)
-    matmul_warp_tiled_kernel(const T* __restrict__ d_a, const T* __restrict__ d_b,
-                             float* __restrict__ d_c, int64_t m, int64_t n, int64_t k,
-                             int64_t tiles_m, int64_t tiles_n) {
-  constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, TM = Cfg::TM, TN = Cfg::TN;
-  constexpr int WMITER = Cfg::WMITER, WNITER = Cfg::WNITER, WSUBM = Cfg::WSUBM, WSUBN = Cfg::WSUBN;
-  constexpr int AS = Cfg::AStride;
-  __shared__ __align__(16) float as[2][BK * AS];  // [stage][k][m], transposed
-  __shared__ __align__(16) float bs[2][BK * BN];  // [stage][k][n]
-
-  const TileCoord tile = matmul::GroupedTile(tiles_m, tiles_n, kGroupM);
-  const int64_t m0 = tile.m * BM;
-  const int64_t n0 = tile.n * BN;
-
-  // Loads: A rows a_r + i * a_step, columns a_c..a_c+3 of the chunk; B rows b_r + i * b_step,
-  // columns b_c..b_c+3.
-  const int a_r = threadIdx.x / (BK / 4);
-  const int a_c = threadIdx.x % (BK / 4) * 4;
-  constexpr int a_step = Cfg::THREADS / (BK / 4);
-  const int b_r = threadIdx.x / (BN / 4);
-  const int b_c = threadIdx.x % (BN / 4) * 4;
-  constexpr int b_step = Cfg::THREADS / (BN / 4);
-  const int64_t b_col = n0 + b_c;
-  const bool b_col_ok = b_col < n;
-
-  float4 pa[Cfg::ALoads], pb[Cfg::BLoads];
-  // The chunk at depth k0 into registers.
-  auto load = [&](int64_t k0) {
-    const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-    for (int i = 0; i < Cfg::ALoads; ++i) {
-      const int64_t row = m0 + a_r + i * a_step;
-      const int64_t col = k0 + a_c;
-      if constexpr (kVector) {
-        pa[i] = (row < m && col < k) ? matmul::Load4(d_a + row * k + col) : zero;
-      } else {
-        pa[i] = row < m ? matmul::Load4Guarded(d_a + row * k + col, col, k) : zero;
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < Cfg::BLoads; ++i) {
-      const int64_t row = k0 + b_r + i * b_step;
-      if constexpr (kVector) {
-        pb[i] = (row < k && b_col_ok) ? matmul::Load4(d_b + row * n + b_col) : zero;
-      } else {
-        pb[i] = row < k ? matmul::Load4Guarded(d_b + row * n + b_col, b_col, n) : zero;
-      }
-    }
-  };
-  auto store = [&](int stage) {
-#pragma unroll
-    for (int i = 0; i < Cfg::ALoads; ++i) {
-      float* a = &as[stage][a_r + i * a_step];
-      a[(a_c + 0) * AS] = pa[i].x;
-      a[(a_c + 1) * AS] = pa[i].y;
-      a[(a_c + 2) * AS] = pa[i].z;
-      a[(a_c + 3) * AS] = pa[i].w;
-    }
-#pragma unroll
-    for (int i = 0; i < Cfg::BLoads; ++i) {
-      *reinterpret_cast<float4*>(&bs[stage][(b_r + i * b_step) * BN + b_c]) = pb[i];
-    }
-  };
-
-  // This thread's place: warp (warp_row, warp_col) of the block, (t_row, t_col) in the warp.
-  const int warp = threadIdx.x / kWarp;
-  const int lane = threadIdx.x % kWarp;
-  const int warp_col = warp % (BN / Cfg::WN);
-  const int warp_row = warp / (BN / Cfg::WN);
-  const int t_col = lane % (WSUBN / TN);
-  const int t_row = lane / (WSUBN / TN);
-  const int m_base = warp_row * Cfg::WM + t_row * TM;
-  const int n_base = warp_col * Cfg::WN + t_col * TN;
-
-  float acc[WMITER * TM][WNITER * TN] = {};
-  float reg_m[WMITER * TM];
-  float reg_n[WNITER * TN];
-
-  load(0);
-  store(0);
-  __syncthreads();
-  int stage = 0;
-  for (int64_t k0 = 0; k0 < k; k0 += BK) {
-    const bool has_next = k0 + BK < k;
-    if (has_next) load(k0 + BK);  // in flight during the math
-    const float* a = as[stage];
-    const float* b = bs[stage];
-#pragma unroll
-    for (int dot = 0; dot < BK; ++dot) {
-#pragma unroll
-      for (int wm = 0; wm < WMITER; ++wm) {
-#pragma unroll
-        for (int i = 0; i < TM; i += 4) {
-          *reinterpret_cast<float4*>(&reg_m[wm * TM + i]) =
-              *reinterpret_cast<const float4*>(&a[dot * AS + m_base + wm * WSUBM + i]);
-        }
-      }
-#pragma unroll
-      for (int wn = 0; wn < WNITER; ++wn) {
-#pragma unroll
-        for (int j = 0; j < TN; j += 4) {
-          *reinterpret_cast<float4*>(&reg_n[wn * TN + j]) =
-              *reinterpret_cast<const float4*>(&b[dot * BN + n_base + wn * WSUBN + j]);
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < WMITER * TM; ++i) {
-#pragma unroll
-        for (int j = 0; j < WNITER * TN; ++j) acc[i][j] += reg_m[i] * reg_n[j];
-      }
-    }
-    // The other stage was last read before the barrier that ended the previous chunk.
-    if (has_next) store(stage ^ 1);
-    __syncthreads();
-    stage ^= 1;
-  }
-
-#pragma unroll
-  for (int wm = 0; wm < WMITER; ++wm) {
-#pragma unroll
-    for (int i = 0; i < TM; ++i) {
-      const int64_t row = m0 + m_base + wm * WSUBM + i;
-      if (row >= m) continue;
-      float* c_row = d_c + row * n;
-#pragma unroll
-      for (int wn = 0; wn < WNITER; ++wn) {
-#pragma unroll
-        for (int j = 0; j < TN; j += 4) {
-          const int64_t col = n0 + n_base + wn * WSUBN + j;
-          const float* v = &acc[wm * TM + i][wn * TN + j];
-          if constexpr (kVector) {
-            if (col < n) *reinterpret_cast<float4*>(c_row + col) = make_float4(v[0], v[1], v[2], v[3]);
-          } else {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              if (col + e < n) c_row[col + e] = v[e];
-            }
-          }
-        }
-      }
-    }
-  }
-}
-
-template <typename Cfg, typename T>
-cudaError_t LaunchCfg(bool vector, const T* d_a, const T* d_b, float* d_c, int64_t m, int64_t n,
-                      int64_t k, cudaStream_t stream) {
-  auto kernel = vector ? matmul_warp_tiled_kernel<Cfg, T, true> : matmul_warp_tiled_kernel<Cfg, T, false>;
-  return matmul::WithTileGrid(m, n, Cfg::BM, Cfg::BN, [&](unsigned blocks, int64_t tiles_m,
-                                                          int64_t tiles_n) {
-    kernel<<<blocks, Cfg::THREADS, 0, stream>>>(d_a, d_b, d_c, m, n, k, tiles_m, tiles_n);
-    return LastLaunchError();
-  });
-}
 
 template <typename T>
 cudaError_t Launch(const T* d_a, const T* d_b, float* d_c, int64_t m, int64_t n, int64_t k,
                    cudaStream_t stream) {
-  const size_t vec_bytes = 4 * sizeof(T);
-  const bool vector = k % 4 == 0 && n % 4 == 0 && matmul::IsAligned(d_a, vec_bytes) &&
-                      matmul::IsAligned(d_b, vec_bytes) && matmul::IsAligned(d_c, 16);
+  const bool vector = warp_tiled::VectorPath(d_a, d_b, d_c, n, k);
   if (matmul::TileCount(m, n, Large::BM, Large::BN) >= kSmallTiles) {
-    return LaunchCfg<Large>(vector, d_a, d_b, d_c, m, n, k, stream);
+    return warp_tiled::LaunchCfg<Large>(vector, d_a, d_b, d_c, m, n, k, stream);
   }
-  return LaunchCfg<Small>(vector, d_a, d_b, d_c, m, n, k, stream);
+  return warp_tiled::LaunchCfg<Small>(vector, d_a, d_b, d_c, m, n, k, stream);
 }
 
 }  // namespace
