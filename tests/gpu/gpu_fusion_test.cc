@@ -3,21 +3,13 @@
 // fused against the same graph with fuse=false. Skipped (not passed) where no GPU is usable.
 #include <gtest/gtest.h>
 
-#include "server/engine/cuda_backend.h"
-#include "tests/e2e/e2e_fixture.h"
+#include "tests/gpu/gpu_server_fixture.h"
 #include "tests/support/fusion_cases.h"
 
 namespace opserve::e2e {
 namespace {
 
-class GpuFusionTest : public OpserveTest {
- protected:
-  void SetUp() override {
-    if (absl::Status s = ProbeCuda(0); !s.ok()) GTEST_SKIP() << "no usable GPU: " << s.message();
-    setenv("OPSERVE_TEST_DEVICE", "cuda", 1);
-    OpserveTest::SetUp();
-  }
-};
+using GpuFusionTest = GpuServerTest;
 
 const v1::NodeResult* Report(const v1::ExecuteResponse& r, const std::string& id) {
   for (const v1::NodeResult& n : r.nodes()) {

@@ -12,18 +12,16 @@
 #include <grpcpp/security/credentials.h>
 
 #include "inference/grpc_service.grpc.pb.h"
-#include "server/engine/cuda_backend.h"
-#include "tests/e2e/e2e_fixture.h"
+#include "tests/gpu/gpu_server_fixture.h"
 
 namespace opserve::e2e {
 namespace {
 
-class GpuKServeTest : public OpserveTest {
+class GpuKServeTest : public GpuServerTest {
  protected:
   void SetUp() override {
-    if (absl::Status s = ProbeCuda(0); !s.ok()) GTEST_SKIP() << "no usable GPU: " << s.message();
-    setenv("OPSERVE_TEST_DEVICE", "cuda", 1);
-    OpserveTest::SetUp();
+    GpuServerTest::SetUp();
+    if (IsSkipped()) return;
     stub_ = inference::GRPCInferenceService::NewStub(
         grpc::CreateChannel(server().target(), grpc::InsecureChannelCredentials()));
   }

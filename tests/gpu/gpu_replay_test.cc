@@ -9,8 +9,7 @@
 #include <tuple>
 #include <vector>
 
-#include "server/engine/cuda_backend.h"
-#include "tests/e2e/e2e_fixture.h"
+#include "tests/gpu/gpu_server_fixture.h"
 #include "tests/gpu/suite_device.h"
 
 namespace opserve::e2e {
@@ -18,13 +17,8 @@ namespace {
 
 // One lane: its launch thread takes the context freed last, so back-to-back requests from one
 // client meet the graph their predecessor captured.
-class GpuReplayTest : public OpserveTest {
+class GpuReplayTest : public GpuServerTest {
  protected:
-  void SetUp() override {
-    if (absl::Status s = ProbeCuda(0); !s.ok()) GTEST_SKIP() << "no usable GPU: " << s.message();
-    setenv("OPSERVE_TEST_DEVICE", "cuda", 1);
-    OpserveTest::SetUp();
-  }
   std::vector<std::string> ExtraFlags() const override { return {"--lanes=1"}; }
 };
 

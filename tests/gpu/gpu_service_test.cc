@@ -10,22 +10,14 @@
 #include <set>
 #include <thread>
 
-#include "server/engine/cuda_backend.h"
 #include "server/ops/op.h"
-#include "tests/e2e/e2e_fixture.h"
+#include "tests/gpu/gpu_server_fixture.h"
 #include "tests/gpu/suite_device.h"
 
 namespace opserve::e2e {
 namespace {
 
-class GpuServiceTest : public OpserveTest {
- protected:
-  void SetUp() override {
-    if (absl::Status s = ProbeCuda(0); !s.ok()) GTEST_SKIP() << "no usable GPU: " << s.message();
-    setenv("OPSERVE_TEST_DEVICE", "cuda", 1);
-    OpserveTest::SetUp();
-  }
-};
+using GpuServiceTest = GpuServerTest;
 
 std::vector<double> MatmulRef(const client::HostTensor& a, const client::HostTensor& b) {
   const int64_t m = a.shape[0], k = a.shape[1], n = b.shape[1];
