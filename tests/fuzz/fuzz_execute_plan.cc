@@ -131,8 +131,32 @@ bool CheckPlan(const v1::ExecuteRequest& request, const Plan& plan, const std::s
     FUZZ_CHECK(ids.insert(n.id).second, at + " planned twice");
     FUZZ_CHECK(n.op != nullptr && n.algo != nullptr, at);
     FUZZ_CHECK(n.algo->op == n.op->name && n.algo->backend == "cpu", at);
-    FUZZ_CHECK(static_cast<int>(n.inputs.size()) == n.op->arity &&
-                   n.input_meta.size() == n.inputs.size(),
+    // A fused node reads the inputs of the node fused into it: the rule's inner op's arity. The
+    // node fused into another runs nothing, leaves the request nowhere, and names a later node of
+    // the same rule.
+    int arity = n.op->arity;
+    if (!n.fusion.empty()) {
+      const FusionRule* rule = nullptr;
+      for (const FusionRule& r : FusionRules()) {
+        if (r.name == n.fusion) rule = &r;
+      }
+      FUZZ_CHECK(rule != nullptr, at + " fused by an unknown rule");
+      if (n.fused_into < 0) {
+        FUZZ_CHECK(rule->outer == n.op->name, at);
+        arity = FindOp(rule->inner)->arity;
+      } else {
+        FUZZ_CHECK(rule->inner == n.op->name, at);
+        FUZZ_CHECK(n.fused_into > static_cast<int>(p) &&
+                       n.fused_into < static_cast<int>(plan.nodes.size()) &&
+                       plan.nodes[n.fused_into].fusion == n.fusion &&
+                       plan.nodes[n.fused_into].fused_into < 0,
+                   at);
+        FUZZ_CHECK(!n.returned && n.store_as.empty() && n.last_use == -1, at);
+      }
+    } else {
+      FUZZ_CHECK(n.fused_into < 0, at);
+    }
+    FUZZ_CHECK(static_cast<int>(n.inputs.size()) == arity && n.input_meta.size() == n.inputs.size(),
                at);
     FUZZ_CHECK(Accepts(*n.algo, n.input_meta[0].dtype), at);
     FUZZ_CHECK(n.last_use == -1 || n.last_use > static_cast<int>(p), at);
@@ -166,7 +190,7 @@ bool CheckPlan(const v1::ExecuteRequest& request, const Plan& plan, const std::s
     }
     if (n.returned) returned += n.output.Bytes();
     if (n.output.Bytes() > kMaxExecOutputBytes) cheap = false;
-    flops += n.cost.flops;
+    if (n.fused_into < 0) flops += n.cost.flops;  // a fused pair's work counted once
   }
   FUZZ_CHECK(returned <= f.limits.max_message_bytes, absl::StrCat(returned, " bytes returned"));
   // Kahn's order may differ from the request's; every request node must still be there.

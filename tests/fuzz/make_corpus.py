@@ -9,6 +9,7 @@ nothing beyond Python 3. Run it from anywhere; it rewrites the corpus directorie
 The fixture names used here (stored tensors A, B, I, H, L, S, big and tenant's secret; the
 .npy files a.npy, b.npy, ...) are those the fuzz targets set up.
 """
+import base64
 import os
 import shutil
 import struct
@@ -187,6 +188,22 @@ def execute_plan_seeds():
                                node("mm", "matmul", [inp(stored="big"), inp(node="t")])],
                               outputs=[output("mm", store_as="huge")]),
         "big_returned": request([node("t", "transpose", [inp(stored="big")])], outputs=[ret("t")]),
+        # Fusion: each rule's pair, one with fuse=false, one chain of two rules.
+        "fused_matmul_t": request([node("t", "transpose", [inp(node="mm")]),
+                                   node("mm", "matmul", [A, inp(stored="B")])], outputs=[ret("t")]),
+        "fused_col_mean": request([node("m", "row_mean", [inp(node="t")]),
+                                   node("t", "transpose", [A])], outputs=[ret("m")]),
+        "fused_sum": request([node("s", "sum", [inp(node="r")]), node("r", "row_sum", [A])],
+                             outputs=[ret("s")]),
+        "fuse_false": request([node("m", "row_sum", [inp(node="t")], attrs={"fuse": attr(b=False)}),
+                               node("t", "transpose", [A])], outputs=[ret("m")]),
+        "fused_chain": request([node("s", "sum", [inp(node="r")]), node("r", "row_sum", [inp(node="t")]),
+                                node("t", "transpose", [inp(node="mm")]),
+                                node("mm", "matmul", [A, inp(stored="B")])], outputs=[ret("s")]),
+        # The reproducer CI's fuzzing found: transpose(matmul(A, B)) fused, whose node reads two
+        # inputs (the invariant had assumed the op's own arity).
+        "crash_fused_arity": base64.b64decode(
+            "ChQKAXQSCXRyYW5zcG9zZSoEGgJtbQoWCgJtbRIGbWF0bXVsKgMKAUEqAwoBQg=="),
         # Near-valid: one thing wrong each.
         "empty": b"",
         "cycle": request([node("a", "transpose", [inp(node="b")]),
