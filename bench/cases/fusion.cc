@@ -117,15 +117,10 @@ void TimePair(Bench& bench, const std::string& op, const std::string& shape,
                      [&] { bench.FinishEnv(); }, {}});
   entries.push_back({[&](int set) { return unfused.Run(bench, sets, set, sets.out(set)); },
                      [&] { bench.FinishEnv(); }, {}});
-  const uint64_t stream_bytes = inputs[0].Bytes();
-  if (with_stream) {
-    entries.push_back({[&](int set) {
-                         return ReadStream(static_cast<const float*>(sets.in(0, set)),
-                                           static_cast<int64_t>(stream_bytes / 4),
-                                           static_cast<float*>(sets.out(set)), stream) == cudaSuccess;
-                       },
-                       {}, {}});
-  }
+  // The harness's read stream over input 0 (it reads only the case's inputs).
+  const AnchorSpec read_stream = bench.ReadStreamAnchor(Case{.inputs = inputs}, sets);
+  const uint64_t stream_bytes = read_stream.bytes;
+  if (with_stream) entries.push_back({read_stream.run, {}, {}});
   TimeGroup(stream, sets, bench.opt().reps, entries);
 
   auto row = [&](const std::string& algorithm, const Stats& st, uint64_t bytes, uint64_t flops) {
@@ -262,12 +257,7 @@ void ColReduceSweep(Bench& bench) {
                          },
                          {}, {}});
     }
-    entries.push_back({[&](int set) {
-                         return ReadStream(static_cast<const float*>(sets.in(0, set)),
-                                           rows * cols, static_cast<float*>(sets.out(set)),
-                                           stream) == cudaSuccess;
-                       },
-                       {}, {}});
+    entries.push_back({bench.ReadStreamAnchor(Case{.inputs = {x}}, sets).run, {}, {}});
     TimeGroup(stream, sets, bench.opt().reps, entries);
     const double stream_us = entries.back().st.median_us;
     for (size_t i = 0; i < tunings.size(); ++i) {
