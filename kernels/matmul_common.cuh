@@ -114,15 +114,20 @@ __device__ __forceinline__ TileCoord PlainTile(int64_t tiles_m) {
 
 // Grouped order (as Triton's matmul tutorial): blocks that run together cover a
 // group_m x (a few) patch of C, so they share A row-panels and B column-panels in L2.
-__device__ __forceinline__ TileCoord GroupedTile(int64_t tiles_m, int64_t tiles_n,
+// `pid` is the tile's place in that order (a persistent kernel's loop index).
+__device__ __forceinline__ TileCoord GroupedTile(int64_t pid, int64_t tiles_m, int64_t tiles_n,
                                                  int64_t group_m) {
-  const int64_t pid = blockIdx.x;
   const int64_t per_group = group_m * tiles_n;
   const int64_t group = pid / per_group;
   const int64_t first_m = group * group_m;
   const int64_t rows_in_group = tiles_m - first_m < group_m ? tiles_m - first_m : group_m;
   const int64_t in_group = pid - group * per_group;
   return {first_m + in_group % rows_in_group, in_group / rows_in_group};
+}
+// The same for a kernel with one block per tile.
+__device__ __forceinline__ TileCoord GroupedTile(int64_t tiles_m, int64_t tiles_n,
+                                                 int64_t group_m) {
+  return GroupedTile(blockIdx.x, tiles_m, tiles_n, group_m);
 }
 
 }  // namespace opserve::kernels::matmul

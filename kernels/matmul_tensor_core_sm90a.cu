@@ -12,20 +12,29 @@
 //   - each consumer thread ends with 128 accumulators of D = C^T and stores them transposed.
 // The same orientation serves bf16 (which could take MN-major operands) so both share one kernel.
 //
-// TF32 rounding: wgmma ignores the low 13 bits of a tf32 operand (truncation, ~2x the error of
-// round-to-nearest, and biased). The register operand is rounded with cvt.rna as it is loaded;
-// the shared operand (the A tile) is rounded in place by the consumers once per stage, then made
-// visible to the tensor cores with fence.proxy.async and a barrier of the consumer threads.
+// TF32 rounding: wgmma ignores the low 13 bits of a tf32 operand (truncation). The register
+// operand is rounded with cvt.rna as it is loaded, which costs a cvt per element. The shared
+// operand (the A tile) goes from TMA to the tensor cores untouched and is truncated, as in
+// TMA-fed TF32 kernels that convert nothing. Rounding it in place cost as many shared-memory
+// bytes per stage as the wgmmas read, plus a barrier of both consumer warpgroups a stage, and
+// bound the loop by shared memory (0.63x cuBLAS TF32). Truncation raises the relative error
+// against FP32 from 2.6e-4 (cuBLAS TF32, and this kernel rounding both) to 4.2e-4 at 4096^3
+// and 8192^3 on uniform inputs: within the op's TF32 bound, which the tests hold it to.
 //
 // Block: 3 warpgroups. Warpgroup 0 is the producer (one thread issues the TMA copies of a
 // kStages-deep ring of A and B tiles, ordered by full/empty mbarriers); warpgroups 1 and 2 are
 // consumers, each owning 64 columns x 256 rows of the block's 256 x 128 tile of C. setmaxnreg
-// moves registers from the producer to the consumers (128 accumulators each).
+// moves registers from the producer to the consumers (128 accumulators each). Each consumer
+// keeps one chunk's wgmmas in flight while it loads the next chunk's register operand.
+// Persistent grid: one block per SM loops over tiles, so the producer loads the next tile while
+// the consumers store the last one's C (one block fills an SM's shared memory, so with a block
+// per tile that store would leave the SM's tensor cores idle).
 //
 // Built for sm_90a only: the project's plain sm_90 pass compiles an empty kernel body, and the
 // host side checks that the kernel it would launch is the sm_90a one (see DeviceReady).
 #include <cuda.h>  // CUtensorMap and its enums only: the driver entry point is fetched at run time
 
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <cstdint>
@@ -81,8 +90,6 @@ struct Sm90Layout {
   static_assert(kBPanelCols % 16 == 0, "a warp's 16 fragment rows must lie in one B panel");
   static_assert(kAStageBytes % kSwizzleAtomBytes == 0 && kBPanelBytes % kSwizzleAtomBytes == 0,
                 "every swizzled tile must start on a 1024-byte boundary");
-  static_assert(kAStageBytes % (16 * kConsumerThreads) == 0,
-                "the in-place tf32 rounding splits the A tile evenly over the consumers");
   static_assert(kSmemBytes <= 227 * 1024, "the ring must fit in one block's shared memory");
 };
 
@@ -91,7 +98,6 @@ struct Sm90Layout {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
 constexpr int kGroupM = 8;        // tile rows per L2-friendly group of blocks
-constexpr int kRoundBarrier = 1;  // named barrier of the consumer threads (0 is __syncthreads)
 
 __device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -128,8 +134,10 @@ __device__ __forceinline__ void WgmmaFence() {
 __device__ __forceinline__ void WgmmaCommit() {
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 }
-__device__ __forceinline__ void WgmmaWaitAll() {
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+// Waits until at most kPending committed wgmma groups of this warpgroup are still running.
+template <int kPending>
+__device__ __forceinline__ void WgmmaWait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 }
 // Ties the accumulators to this point of the program so that the compiler neither reads them
 // before a wgmma.wait_group nor moves them between registers across an asynchronous wgmma.
@@ -206,10 +214,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto full = [&](int s) { return sm90::SmemAddr(&full_bar[s]); };
   auto empty = [&](int s) { return sm90::SmemAddr(&empty_bar[s]); };
 
-  const TileCoord tile = GroupedTile(tiles_m, tiles_n, kGroupM);
-  const int m0 = static_cast<int>(tile.m) * kBM;
-  const int n0 = static_cast<int>(tile.n) * kBN;
-  const int k_tiles = (k + L::kBK - 1) / L::kBK;
+  // Persistent: block b takes tiles b, b + gridDim.x, ... Its producer and consumers walk the
+  // same list, and the ring's stages and phases run on across tiles (chunk `it` of the block in
+  // stage it % kStages), so the producer fills the next tile's stages while the consumers
+  // store the last tile's C.
+  const int64_t tiles = static_cast<int64_t>(tiles_m) * tiles_n;
+  auto tile_origin = [&](int64_t tile_id, int& m0, int& n0) {
+    const TileCoord tile = GroupedTile(tile_id, tiles_m, tiles_n, kGroupM);
+    m0 = static_cast<int>(tile.m) * kBM;
+    n0 = static_cast<int>(tile.n) * kBN;
+  };
+  const int k_tiles = (k + L::kBK - 1) / L::kBK;  // >= 1: the host takes K >= kMinK only
   const int warpgroup = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
@@ -225,18 +240,23 @@ __global__ void __launch_bounds__(kThreads, 1)
     // ---- Producer. One thread issues all copies; the rest of the warpgroup has nothing to do.
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
     if (threadIdx.x == 0) {
-      for (int kt = 0; kt < k_tiles; ++kt) {
-        const int s = kt % kStages;
-        const int round = kt / kStages;
-        // Reuse of a stage waits for the consumers to release its previous chunk.
-        if (round > 0) sm90::MbarWaitParity(empty(s), (round - 1) & 1);
-        sm90::MbarArriveExpectTx(full(s), L::kStageBytes);
-        // Boxes past M, N or K are zero-filled by TMA and still count their full bytes.
-        sm90::TmaLoad2d(a_stage(s), &a_map, kt * L::kBK, m0, full(s));
+      int it = 0;
+      for (int64_t tile_id = blockIdx.x; tile_id < tiles; tile_id += gridDim.x) {
+        int m0, n0;
+        tile_origin(tile_id, m0, n0);
+        for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+          const int s = it % kStages;
+          const int round = it / kStages;
+          // Reuse of a stage waits for the consumers to release its previous chunk.
+          if (round > 0) sm90::MbarWaitParity(empty(s), (round - 1) & 1);
+          sm90::MbarArriveExpectTx(full(s), L::kStageBytes);
+          // Boxes past M, N or K are zero-filled by TMA and still count their full bytes.
+          sm90::TmaLoad2d(a_stage(s), &a_map, kt * L::kBK, m0, full(s));
 #pragma unroll
-        for (int p = 0; p < L::kBPanels; ++p) {
-          sm90::TmaLoad2d(b_stage(s) + p * L::kBPanelBytes, &b_map, n0 + p * L::kBPanelCols,
-                          kt * L::kBK, full(s));
+          for (int p = 0; p < L::kBPanels; ++p) {
+            sm90::TmaLoad2d(b_stage(s) + p * L::kBPanelBytes, &b_map, n0 + p * L::kBPanelCols,
+                            kt * L::kBK, full(s));
+          }
         }
       }
     }
@@ -262,40 +282,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     return panel * L::kBPanelBytes + kk * kSwizzleBytes + ((chunk ^ (kk % 8)) << 4) + in_chunk;
   };
 
-  // Wait until chunk kt has landed; for tf32, round its A tile to tf32 in place.
-  auto prepare = [&](int kt) {
-    const int s = kt % kStages;
-    sm90::MbarWaitParity(full(s), (kt / kStages) & 1);
-    if constexpr (std::is_same_v<T, float>) {
-      constexpr int kVectors = L::kAStageBytes / 16 / kConsumerThreads;
-      const uint32_t base = a_stage(s) + (consumer * 128 + ct) * 16;
-#pragma unroll
-      for (int i = 0; i < kVectors; ++i) {
-        const uint32_t addr = base + i * kConsumerThreads * 16;
-        uint32_t x, y, z, w;
-        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-                     : "=r"(x), "=r"(y), "=r"(z), "=r"(w)
-                     : "r"(addr));
-        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(ToTf32(x)),
-                     "r"(ToTf32(y)), "r"(ToTf32(z)), "r"(ToTf32(w))
-                     : "memory");
-      }
-      // The tensor cores read this tile through the async proxy: fence the generic stores, then
-      // wait for both consumer warpgroups to finish their halves.
-      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-      asm volatile("bar.sync %0, %1;\n" ::"n"(kRoundBarrier), "n"(kConsumerThreads) : "memory");
-    }
-  };
-
-  float acc[kAccRegs];
-#pragma unroll
-  for (int i = 0; i < kAccRegs; ++i) acc[i] = 0.0f;
-
-  if (k_tiles > 0) prepare(0);
-  for (int kt = 0; kt < k_tiles; ++kt) {
-    const int s = kt % kStages;
-    // The register operand: rows col_base + group (+8) of B^T, K steps of kMmaK.
-    uint32_t frag[L::kKSteps][4];
+  // The register operand of the block's chunk `it`: rows col_base + group (+8) of B^T, K steps
+  // of kMmaK. Waits for the chunk to land first.
+  auto load_fragments = [&](int it, uint32_t(&frag)[L::kKSteps][4]) {
+    const int s = it % kStages;
+    sm90::MbarWaitParity(full(s), (it / kStages) & 1);
     const uint32_t b_base = b_stage(s);
 #pragma unroll
     for (int ks = 0; ks < L::kKSteps; ++ks) {
@@ -316,32 +307,61 @@ __global__ void __launch_bounds__(kThreads, 1)
         LdMatrixX4Trans(frag[ks], b_base + b_offset(kk, col));
       }
     }
+  };
 
-    WgmmaFence();
-    FenceAccumulators(acc);
+  float acc[kAccRegs];
+  using Fragments = uint32_t[L::kKSteps][4];
+  Fragments frag0, frag1;
+  int it0 = 0;  // the block's chunk index of this tile's first chunk
+  for (int64_t tile_id = blockIdx.x; tile_id < tiles; tile_id += gridDim.x, it0 += k_tiles) {
+    int m0, n0;
+    tile_origin(tile_id, m0, n0);
 #pragma unroll
-    for (int ks = 0; ks < L::kKSteps; ++ks) {
-      // K step ks starts 32 bytes further into each 128-byte swizzled row of the A tile.
-      WgmmaRs(acc, frag[ks], SwizzledKMajorDesc(a_stage(s) + ks * 32), T{});
+    for (int i = 0; i < kAccRegs; ++i) acc[i] = 0.0f;
+    FenceAccumulators(acc);
+
+    // One step of the main loop: issue chunk kt's wgmmas from `cur`, then wait for chunk
+    // kt - 1's (one batch stays in flight), release its stage, and load chunk kt + 1's
+    // fragments into `next`, the registers chunk kt - 1 read. So the tensor cores work on
+    // chunk kt while this warpgroup loads the next fragments. Two fragment sets, used
+    // alternately by an unrolled pair of steps: registers an in-flight wgmma reads are never
+    // written.
+    auto step = [&](int kt, const Fragments& cur, Fragments& next) {
+      const int s = (it0 + kt) % kStages;
+      WgmmaFence();  // orders this thread's fragment loads before the wgmmas that read them
+#pragma unroll
+      for (int ks = 0; ks < L::kKSteps; ++ks) {
+        // K step ks starts 32 bytes further into each 128-byte swizzled row of the A tile.
+        WgmmaRs(acc, cur[ks], SwizzledKMajorDesc(a_stage(s) + ks * 32), T{});
+      }
+      WgmmaCommit();
+      if (kt > 0) {
+        WgmmaWait<1>();
+        sm90::MbarArrive(empty((it0 + kt - 1) % kStages));
+      }
+      if (kt + 1 < k_tiles) load_fragments(it0 + kt + 1, next);
+    };
+
+    load_fragments(it0, frag0);
+    for (int kt = 0; kt < k_tiles; kt += 2) {
+      step(kt, frag0, frag1);
+      if (kt + 1 < k_tiles) step(kt + 1, frag1, frag0);
     }
-    WgmmaCommit();
-    // Overlap the wait (and tf32 rounding) of the next chunk with these wgmmas.
-    if (kt + 1 < k_tiles) prepare(kt + 1);
-    WgmmaWaitAll();
+    WgmmaWait<0>();
     FenceAccumulators(acc);
-    sm90::MbarArrive(empty(s));
-  }
+    sm90::MbarArrive(empty((it0 + k_tiles - 1) % kStages));  // the producer may reuse it now
 
-  // ---- Epilogue. acc[4j + r] is D[row][col] with row = group + 8 * (r / 2) of this warp's 16
-  // and col = 8j + 2 * quad + r % 2 of the 256: C[m0 + col][n0 + col_base + row]. Per store a
-  // warp writes 4 rows x 32 contiguous bytes of C.
+    // ---- Epilogue. acc[4j + r] is D[row][col] with row = group + 8 * (r / 2) of this warp's
+    // 16 and col = 8j + 2 * quad + r % 2 of the 256: C[m0 + col][n0 + col_base + row]. Per
+    // store a warp writes 4 rows x 32 contiguous bytes of C.
 #pragma unroll
-  for (int j = 0; j < kAccRegs / 4; ++j) {
+    for (int j = 0; j < kAccRegs / 4; ++j) {
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int row = m0 + 8 * j + 2 * quad + r % 2;
-      const int col = n0 + col_base + group + 8 * (r / 2);
-      if (row < m && col < n) d_c[static_cast<int64_t>(row) * n + col] = acc[4 * j + r];
+      for (int r = 0; r < 4; ++r) {
+        const int row = m0 + 8 * j + 2 * quad + r % 2;
+        const int col = n0 + col_base + group + 8 * (r / 2);
+        if (row < m && col < n) d_c[static_cast<int64_t>(row) * n + col] = acc[4 * j + r];
+      }
     }
   }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
@@ -363,17 +383,20 @@ bool MakeTensorMap(CUtensorMap* map, const T* base, int64_t rows, int64_t cols, 
                                  box_rows, box_cols, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
 }
 
-// Per device and dtype: 0 = not checked yet, 1 = usable, -1 = not usable.
+// Per device and dtype: 0 = not checked yet, 1 = usable, -1 = not usable. And per device its
+// SM count, the persistent grid's size (set before the state turns 1).
 constexpr int kMaxDevices = 64;
 std::atomic<int> g_device_state[2][kMaxDevices];
+std::atomic<int> g_sm_count[kMaxDevices];
 
 // The project's plain sm_90 pass compiles this file too, with an empty kernel body. On a
 // compute capability 9.0 device the loader should pick the sm_90a cubin; make sure it did by
 // the register count of the loaded kernel (the real one holds 128 accumulators a thread).
 constexpr int kMinRegsOfRealKernel = 64;
 
+// Whether this device runs the kernel; *sms gets its SM count.
 template <typename T>
-bool DeviceReady() {
+bool DeviceReady(int* sms) {
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) {
     (void)cudaGetLastError();
@@ -381,17 +404,21 @@ bool DeviceReady() {
   }
   std::atomic<int>& state = g_device_state[sizeof(T) == 4 ? 0 : 1][device];
   const int known = state.load(std::memory_order_acquire);
-  if (known != 0) return known > 0;
+  if (known != 0) {
+    *sms = g_sm_count[device].load(std::memory_order_relaxed);
+    return known > 0;
+  }
 
   using L = Sm90Layout<T>;
   bool ok = false;
-  int major = 0, minor = 0, smem_optin = 0;
+  int major = 0, minor = 0, smem_optin = 0, sm_count = 0;
   cudaFuncAttributes attr{};
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess &&
       cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) ==
           cudaSuccess &&
-      major == 9 && minor == 0 && smem_optin >= L::kSmemBytes &&
+      cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
+      sm_count > 0 && major == 9 && minor == 0 && smem_optin >= L::kSmemBytes &&
       sm90::EncodeTiledFn() != nullptr &&
       cudaFuncGetAttributes(&attr, matmul_tensor_core_sm90a_kernel<T>) == cudaSuccess &&
       attr.numRegs >= kMinRegsOfRealKernel &&
@@ -401,7 +428,9 @@ bool DeviceReady() {
     ok = true;
   }
   if (!ok) (void)cudaGetLastError();  // a failed probe must not surface as a launch error
+  g_sm_count[device].store(sm_count, std::memory_order_relaxed);
   state.store(ok ? 1 : -1, std::memory_order_release);
+  *sms = sm_count;
   return ok;
 }
 
@@ -409,9 +438,10 @@ bool DeviceReady() {
 constexpr int64_t kMinTiles = 128;
 constexpr int64_t kMinK = 256;
 
+// One block per SM (its ring fills the SM's shared memory), each looping over tiles.
 template <typename T>
 cudaError_t Launch(const T* d_a, const T* d_b, float* d_c, int64_t m, int64_t n, int64_t k,
-                   cudaStream_t stream) {
+                   int sms, cudaStream_t stream) {
   using L = Sm90Layout<T>;
   CUtensorMap a_map, b_map;
   if (!MakeTensorMap(&a_map, d_a, m, k, kBM, L::kBK) ||
@@ -420,8 +450,9 @@ cudaError_t Launch(const T* d_a, const T* d_b, float* d_c, int64_t m, int64_t n,
   }
   const int64_t tiles_m = CeilDiv<int64_t>(m, kBM);
   const int64_t tiles_n = CeilDiv<int64_t>(n, kBN);
+  const int64_t blocks = std::min<int64_t>(tiles_m * tiles_n, sms);
   matmul_tensor_core_sm90a_kernel<T>
-      <<<static_cast<unsigned>(tiles_m * tiles_n), kThreads, L::kSmemBytes, stream>>>(
+      <<<static_cast<unsigned>(blocks), kThreads, L::kSmemBytes, stream>>>(
           a_map, b_map, d_c, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
           static_cast<int>(tiles_m), static_cast<int>(tiles_n));
   return LastLaunchError();
@@ -451,8 +482,9 @@ cudaError_t Run(const T* d_a, const T* d_b, float* d_c, int64_t m, int64_t n, in
                 cudaStream_t stream) {
   if (!MatmulTensorCoreSm90aSupports(m, n, k, sizeof(T))) return cudaErrorInvalidValue;
   if (!matmul::IsAligned(d_a, 16) || !matmul::IsAligned(d_b, 16)) return cudaErrorInvalidValue;
-  if (!matmul::DeviceReady<T>()) return cudaErrorNotSupported;
-  return matmul::Launch(d_a, d_b, d_c, m, n, k, stream);
+  int sms = 0;
+  if (!matmul::DeviceReady<T>(&sms)) return cudaErrorNotSupported;
+  return matmul::Launch(d_a, d_b, d_c, m, n, k, sms, stream);
 }
 
 }  // namespace

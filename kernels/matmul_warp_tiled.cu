@@ -3,8 +3,9 @@
 // threads compute WMITER x WNITER sub-tiles of TM x TN outputs, so a warp reads the shared
 // memory of its own 64 x 64 (or 64 x 32) patch and each thread's loads of A and B feed more
 // FMAs than in block_tiled_vectorized (6 16-byte shared loads per 128 FMAs, against 4 per 64).
-//   - block tile BM x BN, chunk depth BK; A stored transposed in shared memory (as[k][m], rows
-//     padded by 4 floats) so a thread reads its TM rows of A as float4s; B as it is (bs[k][n]);
+// The shared stages are dynamic shared memory (the large configuration needs more than 48 KiB).
+//   - block tile BM x BN, chunk depth BK; A stored transposed in shared memory (A^T [k][m], rows
+//     padded by 4 floats) so a thread reads its TM rows of A as float4s; B as it is ([k][n]);
 //   - two shared-memory stages: the next chunk is loaded into registers during the current
 //     chunk's math and stored to the other stage after it, one barrier per chunk;
 //   - tiles walk in grouped order (kGroupM tile rows at a time), so blocks running together
@@ -22,12 +23,14 @@ namespace {
 
 using warp_tiled::Config;
 
-// The configurations, chosen by bench/diag/matmul_sweep.cu on the H200 (PERFORMANCE.md): 11
-// tile shapes against cuBLAS's pedantic SGEMM at 1024^3, 4096^3 and 8192^3.
-// Large C: 256 x 128 x 8 tiles, 8 warps of 64 x 64, each thread 8 x 16 outputs: 0.911x cuBLAS
-// at 4096^3 and 0.884x at 8192^3 in the sweep (siboehm's 128 x 128 x 16 with 4 warps: 0.866x,
-// 0.843x; BK 8 beat BK 16 at every tile size; the tile-row group, 4 to 16, did not matter).
-using Large = Config<256, 128, 8, 64, 64, 4, 8, 4, 256>;
+// The configurations, chosen by bench/diag/matmul_sweep.cu on the H200 (PERFORMANCE.md), tile
+// shapes and thread mappings against cuBLAS's pedantic SGEMM at 1024^3, 4096^3 and 8192^3.
+// Large C: 256 x 128 x 16 tiles, 8 warps of 64 x 64, each thread 16 x 8 outputs as 4 x 2 blocks
+// of 4 x 4. A thread's four 4-row blocks lie 16 rows apart, so a warp's loads of A^T read 4
+// adjacent float4s, conflict-free; with 8 consecutive rows a thread (8 x 16 outputs) they read
+// 8 float4s 32 bytes apart, two on each set of banks. BK 16 halves the barriers per K and needs
+// more than 48 KiB of shared memory (dynamic, opted in).
+using Large = Config<256, 128, 16, 64, 64, 2, 4, 4, 256>;
 // Small C: 128 x 64 x 16 tiles, 4 warps of 64 x 32, each thread 8 x 8 outputs: the fastest at
 // 1024^3, where Large makes 32 blocks for 132 SMs.
 using Small = Config<128, 64, 16, 64, 32, 2, 8, 4, 128>;

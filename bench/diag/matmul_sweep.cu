@@ -1,7 +1,8 @@
 // Diagnostic, not part of opserve: the warp-tiled SGEMM (kernels/matmul_warp_tiled.cuh) in
 // several tile configurations against cuBLAS's pedantic SGEMM, FLOAT32 row-major, at 1024^3,
 // 4096^3 and 8192^3: how the table's configurations were chosen (PERFORMANCE.md).
-// Each shape's entries run interleaved, round by round; CUDA events around each run; median.
+// Each shape's entries run interleaved, round by round, on three input sets in turn (bigger
+// than L2 together, as in opserve-bench); CUDA events around each run; median.
 // Run: opserve-matmul-sweep [reps]
 #include <cuda_runtime.h>
 
@@ -81,44 +82,55 @@ int main(int argc, char** argv) {
        [handle](const float* a, const float* b, float* c, int64_t n, cudaStream_t st) {
          return opserve::kernels::MatmulCublas(handle, a, b, c, n, n, n, st);
        }},
+      // Thread tiles of 8 x 16 (TM 8, TN 4, WNITER 4): 8 consecutive rows of A a thread.
       Make<Config<128, 128, 16, 64, 64, 4, 8, 4, 128>>("128x128x16_w64x64_t8x16_128thr_g8"),
       Make<Config<128, 128, 8, 64, 64, 4, 8, 4, 128>>("128x128x8_w64x64_t8x16_128thr_g8"),
-      Make<Config<128, 128, 8, 64, 32, 2, 8, 4, 256>>("128x128x8_w64x32_t8x8_256thr_g8"),
-      Make<Config<128, 256, 8, 64, 64, 4, 8, 4, 256>>("128x256x8_w64x64_t8x16_256thr_g8"),
       Make<Config<256, 128, 8, 64, 64, 4, 8, 4, 256>>("256x128x8_w64x64_t8x16_256thr_g8"),
-      Make<Config<256, 128, 8, 64, 64, 4, 8, 4, 256, 4>>("256x128x8_w64x64_t8x16_256thr_g4"),
-      Make<Config<256, 128, 8, 64, 64, 4, 8, 4, 256, 16>>("256x128x8_w64x64_t8x16_256thr_g16"),
+      Make<Config<256, 128, 16, 64, 64, 4, 8, 4, 256>>("256x128x16_w64x64_t8x16_256thr_g8"),
       Make<Config<256, 128, 8, 128, 32, 2, 8, 4, 256>>("256x128x8_w128x32_t16x8_256thr_g8"),
+      // Thread tiles of 16 x 8 as 4 x 2 blocks of 4 x 4 (TM 4, TN 4, WNITER 2).
+      Make<Config<256, 128, 8, 64, 64, 2, 4, 4, 256>>("256x128x8_w64x64_t16x8_256thr_g8"),
+      Make<Config<256, 128, 16, 64, 64, 2, 4, 4, 256>>("256x128x16_w64x64_t16x8_256thr_g8"),
+      Make<Config<256, 128, 16, 64, 64, 2, 4, 4, 256, 16>>("256x128x16_w64x64_t16x8_256thr_g16"),
+      Make<Config<256, 128, 16, 128, 32, 2, 4, 4, 256>>("256x128x16_w128x32_t16x8_256thr_g8"),
+      Make<Config<128, 256, 16, 64, 64, 2, 4, 4, 256>>("128x256x16_w64x64_t16x8_256thr_g8"),
+      Make<Config<128, 128, 16, 64, 64, 2, 4, 4, 128>>("128x128x16_w64x64_t16x8_128thr_g8"),
+      // Small C.
       Make<Config<128, 64, 16, 64, 32, 2, 8, 4, 128>>("128x64x16_w64x32_t8x8_128thr_g8"),
       Make<Config<128, 64, 8, 64, 32, 2, 8, 4, 128>>("128x64x8_w64x32_t8x8_128thr_g8"),
-      Make<Config<64, 64, 16, 32, 32, 2, 4, 4, 128>>("64x64x16_w32x32_t4x8_128thr_g8"),
+      Make<Config<128, 64, 16, 64, 32, 1, 4, 4, 128>>("128x64x16_w64x32_t8x8as4x4_128thr_g8"),
   };
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
+  constexpr int kSets = 3;
   for (int64_t n : {1024, 4096, 8192}) {
     const size_t elems = n * n;
-    float *a, *b, *c;
-    CK(cudaMalloc(&a, elems * 4));
-    CK(cudaMalloc(&b, elems * 4));
+    float *a[kSets], *b[kSets], *c;
+    for (int i = 0; i < kSets; ++i) {
+      CK(cudaMalloc(&a[i], elems * 4));
+      CK(cudaMalloc(&b[i], elems * 4));
+      Fill<<<1024, 256, 0, s>>>(a[i], elems, 1 + 2 * i);
+      Fill<<<1024, 256, 0, s>>>(b[i], elems, 2 + 2 * i);
+    }
     CK(cudaMalloc(&c, elems * 4));
-    Fill<<<1024, 256, 0, s>>>(a, elems, 1);
-    Fill<<<1024, 256, 0, s>>>(b, elems, 2);
-    // The check: every entry's C against cuBLAS's.
+    // The check: every entry's C against cuBLAS's, on the first set.
     std::vector<float> ref(elems), got(elems);
     std::vector<double> err(entries.size(), 0);
     for (size_t i = 0; i < entries.size(); ++i) {
-      CK(entries[i].run(a, b, c, n, s));
+      CK(entries[i].run(a[0], b[0], c, n, s));
       CK(cudaMemcpyAsync(i == 0 ? ref.data() : got.data(), c, elems * 4, cudaMemcpyDeviceToHost, s));
       CK(cudaStreamSynchronize(s));
       if (i > 0) err[i] = RelErr(got, ref);
     }
     std::vector<std::vector<double>> us(entries.size());
+    int set = 0;
     for (int r = 0; r < reps; ++r) {
       for (size_t k = 0; k < entries.size(); ++k) {
         const size_t i = (k + r) % entries.size();
+        set = (set + 1) % kSets;
         CK(cudaEventRecord(e0, s));
-        CK(entries[i].run(a, b, c, n, s));
+        CK(entries[i].run(a[set], b[set], c, n, s));
         CK(cudaEventRecord(e1, s));
         CK(cudaEventSynchronize(e1));
         float ms = 0;
@@ -133,8 +145,10 @@ int main(int argc, char** argv) {
                   static_cast<long long>(n), entries[i].name.c_str(), m, 2.0 * n * n * n / (m * 1e6),
                   base / m, err[i]);
     }
-    CK(cudaFree(a));
-    CK(cudaFree(b));
+    for (int i = 0; i < kSets; ++i) {
+      CK(cudaFree(a[i]));
+      CK(cudaFree(b[i]));
+    }
     CK(cudaFree(c));
   }
   opserve::kernels::CublasDestroyHandle(handle);

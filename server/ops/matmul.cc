@@ -195,8 +195,8 @@ OpEntry MatmulOp() {
                .description = "2-D register tiling, 16-byte loads"},
               {.op = "matmul", .name = "warp_tiled", .backend = "cuda", .dtypes = types,
                .run = WarpTiled, .min_compute_capability = kSm80,
-               .description = "warp tiles (64 x 64, 8 x 16 outputs a thread, 256 x 128 block "
-                              "tiles; 64 x 32 warps in 128 x 64 tiles for small C), "
+               .description = "warp tiles (64 x 64, 16 x 8 outputs a thread, 256 x 128 x 16 "
+                              "block tiles; 64 x 32 warps in 128 x 64 tiles for small C), "
                               "double-buffered shared memory"},
               {.op = "matmul", .name = "tensor_core", .backend = "cuda", .dtypes = types,
                .run = TensorCore,
