@@ -29,6 +29,9 @@
 // Persistent grid: one block per SM loops over tiles, so the producer loads the next tile while
 // the consumers store the last one's C (one block fills an SM's shared memory, so with a block
 // per tile that store would leave the SM's tensor cores idle).
+// Clusters of two CTAs on adjacent column tiles: each loads half of the shared A tile and
+// multicasts it to both, which cuts a stage's traffic from L2 from 48 to 32 KiB a CTA. A stage
+// is then refilled in both CTAs at once, so its empty barrier counts both CTAs' consumers.
 //
 // Built for sm_90a only: the project's plain sm_90 pass compiles an empty kernel body, and the
 // host side checks that the kernel it would launch is the sm_90a one (see DeviceReady).
@@ -42,6 +45,7 @@
 
 #include "kernels/matmul.h"
 #include "kernels/matmul_common.cuh"
+#include "kernels/sm90/cluster.cuh"
 #include "kernels/sm90/mbarrier.cuh"
 #include "kernels/sm90/tensor_map.h"
 #include "kernels/sm90/tma.cuh"
@@ -56,6 +60,7 @@ constexpr int kBN = kConsumers * kWgCols;  // columns of C per block
 constexpr int kThreads = 128 * (kConsumers + 1);
 constexpr int kConsumerThreads = 128 * kConsumers;
 constexpr int kStages = 4;        // depth of the TMA ring (4 x 48 KiB)
+constexpr int kCluster = 2;       // CTAs of a cluster: same rows of C, adjacent column tiles
 constexpr int kSwizzleBytes = 128;  // TMA / wgmma 128-byte swizzle: one K row of a tile
 constexpr int kSwizzleAtomBytes = 8 * kSwizzleBytes;  // 8 rows: the swizzle pattern's period
 constexpr int kAccRegs = kWgCols * kBM / 128;  // accumulators per consumer thread
@@ -214,50 +219,77 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto full = [&](int s) { return sm90::SmemAddr(&full_bar[s]); };
   auto empty = [&](int s) { return sm90::SmemAddr(&empty_bar[s]); };
 
-  // Persistent: block b takes tiles b, b + gridDim.x, ... Its producer and consumers walk the
-  // same list, and the ring's stages and phases run on across tiles (chunk `it` of the block in
-  // stage it % kStages), so the producer fills the next tile's stages while the consumers
-  // store the last tile's C.
-  const int64_t tiles = static_cast<int64_t>(tiles_m) * tiles_n;
-  auto tile_origin = [&](int64_t tile_id, int& m0, int& n0) {
-    const TileCoord tile = GroupedTile(tile_id, tiles_m, tiles_n, kGroupM);
+  // Clusters of kCluster CTAs along N: CTA `rank` of a cluster takes column tile 2 j + rank of
+  // the cluster's pair of tiles (same m0), so both need the same A tile. Each CTA loads half its
+  // rows and multicasts it to both, which halves A's traffic from L2. A CTA whose tile lies past
+  // N (odd tile columns) still loads and multicasts its half of A, computes the last real
+  // column tile again and stores nothing.
+  // Persistent: cluster c takes pairs c, c + clusters, ...; producer and consumers walk the same
+  // list, and the ring's stages and phases run on across tiles (chunk `it` of the CTA in stage
+  // it % kStages), so the producer fills the next tile's stages while the consumers store the
+  // last tile's C.
+  const uint32_t rank = sm90::ClusterRank();
+  const int64_t clusters = gridDim.x / kCluster;
+  const int64_t cluster = blockIdx.x / kCluster;
+  const int pair_cols = (tiles_n + kCluster - 1) / kCluster;
+  const int64_t pairs = static_cast<int64_t>(tiles_m) * pair_cols;
+  auto tile_origin = [&](int64_t pair, int& m0, int& n0, bool& stores) {
+    const TileCoord tile = GroupedTile(pair, tiles_m, pair_cols, kGroupM);
+    const int tile_n = static_cast<int>(tile.n) * kCluster + static_cast<int>(rank);
+    stores = tile_n < tiles_n;
     m0 = static_cast<int>(tile.m) * kBM;
-    n0 = static_cast<int>(tile.n) * kBN;
+    n0 = (stores ? tile_n : tiles_n - 1) * kBN;
   };
   const int k_tiles = (k + L::kBK - 1) / L::kBK;  // >= 1: the host takes K >= kMinK only
   const int warpgroup = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      sm90::MbarInit(full(s), 1);                  // the producer's arrive.expect_tx
-      sm90::MbarInit(empty(s), kConsumerThreads);  // every consumer thread arrives
+      sm90::MbarInit(full(s), 1);  // the producer's arrive.expect_tx
+      // One arrival per consumer warpgroup of each CTA of the cluster: a stage is refilled in
+      // both CTAs at once (the multicast half of A), so both must be done with it.
+      sm90::MbarInit(empty(s), kConsumers * kCluster);
     }
     sm90::FenceMbarInit();
   }
-  __syncthreads();
+  // The peer's barriers must be initialised before this CTA's multicast or arrivals reach them.
+  sm90::ClusterSync();
 
   if (warpgroup == 0) {
     // ---- Producer. One thread issues all copies; the rest of the warpgroup has nothing to do.
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
     if (threadIdx.x == 0) {
+      constexpr uint16_t kAllCtas = (1u << kCluster) - 1;
+      constexpr int kAHalfRows = kBM / kCluster;
+      constexpr int kAHalfBytes = L::kAStageBytes / kCluster;
       int it = 0;
-      for (int64_t tile_id = blockIdx.x; tile_id < tiles; tile_id += gridDim.x) {
+      for (int64_t pair = cluster; pair < pairs; pair += clusters) {
         int m0, n0;
-        tile_origin(tile_id, m0, n0);
+        bool stores;
+        tile_origin(pair, m0, n0, stores);
         for (int kt = 0; kt < k_tiles; ++kt, ++it) {
           const int s = it % kStages;
           const int round = it / kStages;
-          // Reuse of a stage waits for the consumers to release its previous chunk.
+          // Reuse of a stage waits for both CTAs' consumers to release its previous chunk.
           if (round > 0) sm90::MbarWaitParity(empty(s), (round - 1) & 1);
+          // The whole stage: this CTA's B, its half of A and the peer's half (multicast here).
           sm90::MbarArriveExpectTx(full(s), L::kStageBytes);
           // Boxes past M, N or K are zero-filled by TMA and still count their full bytes.
-          sm90::TmaLoad2d(a_stage(s), &a_map, kt * L::kBK, m0, full(s));
+          sm90::TmaLoad2dMulticast(a_stage(s) + rank * kAHalfBytes, &a_map, kt * L::kBK,
+                                   m0 + static_cast<int>(rank) * kAHalfRows, full(s), kAllCtas);
 #pragma unroll
           for (int p = 0; p < L::kBPanels; ++p) {
             sm90::TmaLoad2d(b_stage(s) + p * L::kBPanelBytes, &b_map, n0 + p * L::kBPanelCols,
                             kt * L::kBK, full(s));
           }
         }
+      }
+      // The tail: wait until both CTAs have released the last kStages chunks. The peer's
+      // consumers arrive on this CTA's barriers, so it must not exit before they have; its
+      // multicast writes need nothing here, as this CTA's consumers wait for every chunk.
+      for (int j = 0; j < kStages; ++j, ++it) {
+        const int round = it / kStages;
+        if (round > 0) sm90::MbarWaitParity(empty(it % kStages), (round - 1) & 1);
       }
     }
     return;
@@ -312,10 +344,21 @@ __global__ void __launch_bounds__(kThreads, 1)
   float acc[kAccRegs];
   using Fragments = uint32_t[L::kKSteps][4];
   Fragments frag0, frag1;
-  int it0 = 0;  // the block's chunk index of this tile's first chunk
-  for (int64_t tile_id = blockIdx.x; tile_id < tiles; tile_id += gridDim.x, it0 += k_tiles) {
+  // Releases stage s in both CTAs' empty barriers, once per warpgroup: after its wgmma.wait
+  // the whole warpgroup is done with the stage (its wgmmas read it, and every thread's fragment
+  // loads came before the wgmmas that used them).
+  auto release = [&](int s) {
+    if (ct == 0) {
+#pragma unroll
+      for (int c = 0; c < kCluster; ++c) sm90::MbarArriveCluster(empty(s), c);
+    }
+  };
+
+  int it0 = 0;  // the CTA's chunk index of this tile's first chunk
+  for (int64_t pair = cluster; pair < pairs; pair += clusters, it0 += k_tiles) {
     int m0, n0;
-    tile_origin(tile_id, m0, n0);
+    bool stores;
+    tile_origin(pair, m0, n0, stores);
 #pragma unroll
     for (int i = 0; i < kAccRegs; ++i) acc[i] = 0.0f;
     FenceAccumulators(acc);
@@ -337,7 +380,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       WgmmaCommit();
       if (kt > 0) {
         WgmmaWait<1>();
-        sm90::MbarArrive(empty((it0 + kt - 1) % kStages));
+        release((it0 + kt - 1) % kStages);
       }
       if (kt + 1 < k_tiles) load_fragments(it0 + kt + 1, next);
     };
@@ -349,7 +392,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     WgmmaWait<0>();
     FenceAccumulators(acc);
-    sm90::MbarArrive(empty((it0 + k_tiles - 1) % kStages));  // the producer may reuse it now
+    release((it0 + k_tiles - 1) % kStages);  // the producers may refill it now
+    if (!stores) continue;
 
     // ---- Epilogue. acc[4j + r] is D[row][col] with row = group + 8 * (r / 2) of this warp's
     // 16 and col = 8j + 2 * quad + r % 2 of the 256: C[m0 + col][n0 + col_base + row]. Per
@@ -383,54 +427,76 @@ bool MakeTensorMap(CUtensorMap* map, const T* base, int64_t rows, int64_t cols, 
                                  box_rows, box_cols, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
 }
 
-// Per device and dtype: 0 = not checked yet, 1 = usable, -1 = not usable. And per device its
-// SM count, the persistent grid's size (set before the state turns 1).
+// Per device and dtype: 0 = not checked yet, 1 = usable, -1 = not usable. And how many clusters
+// of the kernel the device runs at once: the persistent grid (set before the state turns 1).
 constexpr int kMaxDevices = 64;
 std::atomic<int> g_device_state[2][kMaxDevices];
-std::atomic<int> g_sm_count[kMaxDevices];
+std::atomic<int> g_max_clusters[2][kMaxDevices];
 
 // The project's plain sm_90 pass compiles this file too, with an empty kernel body. On a
 // compute capability 9.0 device the loader should pick the sm_90a cubin; make sure it did by
 // the register count of the loaded kernel (the real one holds 128 accumulators a thread).
 constexpr int kMinRegsOfRealKernel = 64;
 
-// Whether this device runs the kernel; *sms gets its SM count.
+// A launch of `clusters` clusters of the kernel, its attributes in *attr.
 template <typename T>
-bool DeviceReady(int* sms) {
+cudaLaunchConfig_t LaunchConfig(int64_t clusters, cudaStream_t stream, cudaLaunchAttribute* attr) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(clusters * kCluster));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = Sm90Layout<T>::kSmemBytes;
+  config.stream = stream;
+  attr->id = cudaLaunchAttributeClusterDimension;
+  attr->val.clusterDim.x = kCluster;
+  attr->val.clusterDim.y = 1;
+  attr->val.clusterDim.z = 1;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  return config;
+}
+
+// Whether this device runs the kernel; *clusters gets how many clusters of it run at once.
+template <typename T>
+bool DeviceReady(int* clusters) {
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) {
     (void)cudaGetLastError();
     return false;
   }
-  std::atomic<int>& state = g_device_state[sizeof(T) == 4 ? 0 : 1][device];
+  const int dtype = sizeof(T) == 4 ? 0 : 1;
+  std::atomic<int>& state = g_device_state[dtype][device];
   const int known = state.load(std::memory_order_acquire);
   if (known != 0) {
-    *sms = g_sm_count[device].load(std::memory_order_relaxed);
+    *clusters = g_max_clusters[dtype][device].load(std::memory_order_relaxed);
     return known > 0;
   }
 
   using L = Sm90Layout<T>;
   bool ok = false;
-  int major = 0, minor = 0, smem_optin = 0, sm_count = 0;
+  int major = 0, minor = 0, smem_optin = 0, max_clusters = 0;
   cudaFuncAttributes attr{};
+  cudaLaunchAttribute cluster_attr{};
+  const cudaLaunchConfig_t config = LaunchConfig<T>(1, nullptr, &cluster_attr);
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess &&
       cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) ==
           cudaSuccess &&
-      cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
-      sm_count > 0 && major == 9 && minor == 0 && smem_optin >= L::kSmemBytes &&
+      major == 9 && minor == 0 && smem_optin >= L::kSmemBytes &&
       sm90::EncodeTiledFn() != nullptr &&
       cudaFuncGetAttributes(&attr, matmul_tensor_core_sm90a_kernel<T>) == cudaSuccess &&
       attr.numRegs >= kMinRegsOfRealKernel &&
       cudaFuncSetAttribute(matmul_tensor_core_sm90a_kernel<T>,
                            cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           L::kSmemBytes) == cudaSuccess) {
+                           L::kSmemBytes) == cudaSuccess &&
+      cudaOccupancyMaxActiveClusters(&max_clusters, matmul_tensor_core_sm90a_kernel<T>,
+                                     &config) == cudaSuccess &&
+      max_clusters > 0) {
     ok = true;
   }
   if (!ok) (void)cudaGetLastError();  // a failed probe must not surface as a launch error
-  g_sm_count[device].store(sm_count, std::memory_order_relaxed);
+  g_max_clusters[dtype][device].store(max_clusters, std::memory_order_relaxed);
   state.store(ok ? 1 : -1, std::memory_order_release);
-  *sms = sm_count;
+  *clusters = max_clusters;
   return ok;
 }
 
@@ -438,23 +504,29 @@ bool DeviceReady(int* sms) {
 constexpr int64_t kMinTiles = 128;
 constexpr int64_t kMinK = 256;
 
-// One block per SM (its ring fills the SM's shared memory), each looping over tiles.
+// As many clusters as run at once (a block's ring fills its SM's shared memory), each looping
+// over pairs of tiles.
 template <typename T>
 cudaError_t Launch(const T* d_a, const T* d_b, float* d_c, int64_t m, int64_t n, int64_t k,
-                   int sms, cudaStream_t stream) {
+                   int max_clusters, cudaStream_t stream) {
   using L = Sm90Layout<T>;
   CUtensorMap a_map, b_map;
-  if (!MakeTensorMap(&a_map, d_a, m, k, kBM, L::kBK) ||
+  // A's box is half a tile's rows: each CTA of a cluster loads one half for both.
+  if (!MakeTensorMap(&a_map, d_a, m, k, kBM / kCluster, L::kBK) ||
       !MakeTensorMap(&b_map, d_b, k, n, L::kBK, L::kBPanelCols)) {
     return cudaErrorInvalidValue;
   }
   const int64_t tiles_m = CeilDiv<int64_t>(m, kBM);
   const int64_t tiles_n = CeilDiv<int64_t>(n, kBN);
-  const int64_t blocks = std::min<int64_t>(tiles_m * tiles_n, sms);
-  matmul_tensor_core_sm90a_kernel<T>
-      <<<static_cast<unsigned>(blocks), kThreads, L::kSmemBytes, stream>>>(
-          a_map, b_map, d_c, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
-          static_cast<int>(tiles_m), static_cast<int>(tiles_n));
+  const int64_t pairs = tiles_m * CeilDiv<int64_t>(tiles_n, kCluster);
+  cudaLaunchAttribute cluster_attr{};
+  const cudaLaunchConfig_t config =
+      LaunchConfig<T>(std::min<int64_t>(pairs, max_clusters), stream, &cluster_attr);
+  const cudaError_t err = cudaLaunchKernelEx(
+      &config, matmul_tensor_core_sm90a_kernel<T>, a_map, b_map, d_c, static_cast<int>(m),
+      static_cast<int>(n), static_cast<int>(k), static_cast<int>(tiles_m),
+      static_cast<int>(tiles_n));
+  if (err != cudaSuccess) return err;
   return LastLaunchError();
 }
 
@@ -482,9 +554,9 @@ cudaError_t Run(const T* d_a, const T* d_b, float* d_c, int64_t m, int64_t n, in
                 cudaStream_t stream) {
   if (!MatmulTensorCoreSm90aSupports(m, n, k, sizeof(T))) return cudaErrorInvalidValue;
   if (!matmul::IsAligned(d_a, 16) || !matmul::IsAligned(d_b, 16)) return cudaErrorInvalidValue;
-  int sms = 0;
-  if (!matmul::DeviceReady<T>(&sms)) return cudaErrorNotSupported;
-  return matmul::Launch(d_a, d_b, d_c, m, n, k, sms, stream);
+  int clusters = 0;
+  if (!matmul::DeviceReady<T>(&clusters)) return cudaErrorNotSupported;
+  return matmul::Launch(d_a, d_b, d_c, m, n, k, clusters, stream);
 }
 
 }  // namespace

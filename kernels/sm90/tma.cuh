@@ -31,6 +31,18 @@ __device__ __forceinline__ void TmaLoad2d(uint32_t dst, const CUtensorMap* map, 
       : "memory");
 }
 
+// The same box written to the same shared-memory offset `dst` of every CTA of the cluster named
+// in `cta_mask` (bit i: rank i), each CTA's mbarrier at offset `bar` receiving the box's bytes
+// (.multicast::cluster). Each receiving CTA must have announced them with its own expect_tx.
+__device__ __forceinline__ void TmaLoad2dMulticast(uint32_t dst, const CUtensorMap* map, int32_t x,
+                                                   int32_t y, uint32_t bar, uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(bar), "h"(cta_mask)
+      : "memory");
+}
+
 // The same, with the destination and the barrier as generic pointers into shared memory.
 __device__ __forceinline__ void TmaLoad2d(void* dst, const CUtensorMap* map, int32_t x, int32_t y,
                                           uint64_t* bar) {
