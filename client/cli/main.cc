@@ -4,6 +4,7 @@
 //
 // Exit status: 0 on success, 1 on any failure (a gRPC error prints its code name and message),
 // 2 on a usage error.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -298,21 +299,26 @@ void PrintRunText(const v1::ExecuteResponse& response,
     std::cout << "stored " << InfoLine(info) << "\n";
   }
   if (!outputs.empty() || response.stored_size() > 0) std::cout << "\n";
-  Table table({{"node"},
-               {"op"},
-               {"algorithm"},
-               {"shape"},
-               {"kernel_us", true},
-               {"bytes", true},
-               {"GB/s", true},
-               {"GFLOP/s", true}});
+  // A node the planner fused into another ran no kernel of its own: it reports the fused
+  // kernel's figures, shared with the node named in the "fused into" column (shown only when
+  // some node was fused).
+  const bool fused = std::any_of(response.nodes().begin(), response.nodes().end(),
+                                 [](const v1::NodeResult& n) { return !n.fused_into().empty(); });
+  std::vector<Table::Column> columns = {{"node"},          {"op"},           {"algorithm"},
+                                        {"shape"},         {"kernel_us", true}, {"bytes", true},
+                                        {"GB/s", true},    {"GFLOP/s", true}};
+  if (fused) columns.push_back({"fused into"});
+  Table table(std::move(columns));
   for (const v1::NodeResult& node : response.nodes()) {
-    table.AddRow({node.id(), node.op(), node.algorithm(),
-                  absl::StrCat(client::DTypeName(node.dtype()),
-                               client::ShapeString(
-                                   std::vector<int64_t>(node.shape().begin(), node.shape().end()))),
-                  absl::StrFormat("%.1f", node.kernel_us()), absl::StrCat(node.bytes()),
-                  absl::StrFormat("%.2f", node.gbps()), absl::StrFormat("%.2f", node.gflops())});
+    std::vector<std::string> row = {
+        node.id(), node.op(), node.algorithm(),
+        absl::StrCat(client::DTypeName(node.dtype()),
+                     client::ShapeString(
+                         std::vector<int64_t>(node.shape().begin(), node.shape().end()))),
+        absl::StrFormat("%.1f", node.kernel_us()), absl::StrCat(node.bytes()),
+        absl::StrFormat("%.2f", node.gbps()), absl::StrFormat("%.2f", node.gflops())};
+    if (fused) row.push_back(node.fused_into());
+    table.AddRow(std::move(row));
   }
   std::cout << table.Render();
   const v1::RequestTiming& t = response.timing();

@@ -85,6 +85,12 @@ def exercise(cli, work, demo):
     for text in ("output col_mean: float32[32] = [", "stored AB: float32[64, 32]", "algorithm",
                  "kernel_us", "GB/s", "GFLOP/s", "queue", "total"):
         check(text in out, f"run's text output lacks {text!r}:\n{out}")
+    # The planner runs row_mean(transpose(AB)) as one column mean: the transpose's row names the
+    # node whose kernel ran it.
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.split()}
+    check("fused into" in out, f"run's table lacks the fused-into column:\n{out}")
+    check(rows.get("ab_t", [None])[-1] == "col_mean", f"ab_t's row does not name col_mean:\n{out}")
+    check("fused:col_mean" in rows.get("ab_t", []), f"ab_t's row does not name the kernel:\n{out}")
 
     out, _ = cli("get", "AB", "ab.npy")
     check("got AB: float32[64, 32]" in out and "GB/s" in out, f"get printed {out!r}")
