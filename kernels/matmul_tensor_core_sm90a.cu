@@ -26,9 +26,9 @@
 // consumers, each owning 64 columns x 256 rows of the block's 256 x 128 tile of C. setmaxnreg
 // moves registers from the producer to the consumers (128 accumulators each). Each consumer
 // keeps one chunk's wgmmas in flight while it loads the next chunk's register operand.
-// Persistent grid: one block per SM loops over tiles, so the producer loads the next tile while
-// the consumers store the last one's C (one block fills an SM's shared memory, so with a block
-// per tile that store would leave the SM's tensor cores idle).
+// Persistent grid: as many CTAs as run at once (one per SM) loop over tiles, so the producer
+// loads the next tile while the consumers store the last one's C (one block fills an SM's shared
+// memory, so with a block per tile that store would leave the SM's tensor cores idle).
 // Clusters of two CTAs on adjacent column tiles: each loads half of the shared A tile and
 // multicasts it to both, which cuts a stage's traffic from L2 from 48 to 32 KiB a CTA. A stage
 // is then refilled in both CTAs at once, so its empty barrier counts both CTAs' consumers.
