@@ -26,7 +26,7 @@ constexpr Workload kWorkloads[] = {
 
 // What one thread saw.
 struct ThreadResult {
-  std::vector<double> latency_us, kernel_us, compute_us;
+  std::vector<double> latency_us, kernel_us, compute_us, server_us, queue_us;
   std::string error;
 };
 
@@ -50,12 +50,14 @@ LoadPoint Drive(int threads, double seconds, Call call, std::string* error) {
   const double wall_s = std::chrono::duration<double>(Clock::now() - start).count();
   LoadPoint p;
   p.concurrency = threads;
-  std::vector<double> lat, ker, comp;
+  std::vector<double> lat, ker, comp, server, queue;
   for (ThreadResult& r : results) {
     if (!r.error.empty() && error->empty()) *error = r.error;
     lat.insert(lat.end(), r.latency_us.begin(), r.latency_us.end());
     ker.insert(ker.end(), r.kernel_us.begin(), r.kernel_us.end());
     comp.insert(comp.end(), r.compute_us.begin(), r.compute_us.end());
+    server.insert(server.end(), r.server_us.begin(), r.server_us.end());
+    queue.insert(queue.end(), r.queue_us.begin(), r.queue_us.end());
   }
   p.requests = static_cast<int64_t>(lat.size());
   p.req_per_s = p.requests / wall_s;
@@ -63,6 +65,8 @@ LoadPoint Drive(int threads, double seconds, Call call, std::string* error) {
   p.p99_us = Percentile(lat, 0.99);
   p.kernel_p50_us = Percentile(ker, 0.5);
   p.compute_p50_us = Percentile(comp, 0.5);
+  p.server_p50_us = Percentile(server, 0.5);
+  p.queue_p50_us = Percentile(queue, 0.5);
   return p;
 }
 
@@ -122,6 +126,8 @@ ConcurrencyFigures RunConcurrencyBench(const ConcurrencyOptions& opt) {
         r.latency_us.push_back(us);
         r.kernel_us.push_back(resp->nodes(0).kernel_us());
         r.compute_us.push_back(resp->timing().compute_us());
+        r.server_us.push_back(resp->timing().total_us());
+        r.queue_us.push_back(resp->timing().queue_us());
       };
       for (int i = 0; i < 20; ++i) {  // warm: the first calls of a channel and a lane
         ThreadResult warm;
@@ -200,23 +206,27 @@ void PrintConcurrency(const ConcurrencyFigures& f, const std::string& csv_path) 
   }
   std::printf("\nservice under concurrent load (threads on one channel, blocking calls, stored "
               "inputs):\n");
-  std::printf("  %-5s %-20s %5s %10s %10s %10s %10s %11s\n", "lanes", "workload", "conc",
-              "req/s", "p50 us", "p99 us", "kernel us", "compute us");
+  std::printf("  %-5s %-20s %5s %10s %10s %10s %10s %11s %10s %10s %11s\n", "lanes",
+              "workload", "conc", "req/s", "p50 us", "p99 us", "kernel us", "compute us",
+              "server us", "queue us", "outside us");
   std::ofstream csv;
   if (!csv_path.empty()) {
     std::filesystem::create_directories(std::filesystem::path(csv_path).parent_path());
     csv.open(csv_path);
     csv << "lanes,workload,concurrency,requests,req_per_s,p50_us,p99_us,kernel_p50_us,"
-           "compute_p50_us\n";
+           "compute_p50_us,server_p50_us,queue_p50_us\n";
   }
   for (const LoadPoint& p : f.points) {
-    std::printf("  %-5d %-20s %5d %10.0f %10.1f %10.1f %10.1f %11.1f\n", p.lanes,
-                p.workload.c_str(), p.concurrency, p.req_per_s, p.p50_us, p.p99_us,
-                p.kernel_p50_us, p.compute_p50_us);
+    // "outside": the client's p50 less the handler's own (health has no handler timing).
+    const bool timed = p.server_p50_us > 0;
+    std::printf("  %-5d %-20s %5d %10.0f %10.1f %10.1f %10.1f %11.1f %10.1f %10.1f %11.1f\n",
+                p.lanes, p.workload.c_str(), p.concurrency, p.req_per_s, p.p50_us, p.p99_us,
+                p.kernel_p50_us, p.compute_p50_us, p.server_p50_us, p.queue_p50_us,
+                timed ? p.p50_us - p.server_p50_us : 0.0);
     if (csv.is_open()) {
       csv << p.lanes << "," << p.workload << "," << p.concurrency << "," << p.requests << ","
           << p.req_per_s << "," << p.p50_us << "," << p.p99_us << "," << p.kernel_p50_us << ","
-          << p.compute_p50_us << "\n";
+          << p.compute_p50_us << "," << p.server_p50_us << "," << p.queue_p50_us << "\n";
     }
   }
 }

@@ -26,6 +26,10 @@ struct LoadPoint {
   double p50_us = 0, p99_us = 0;
   double kernel_p50_us = 0;  // NodeResult.kernel_us; 0 for health
   double compute_p50_us = 0;  // ExecuteResponse.timing.compute_us
+  // ExecuteResponse.timing.total_us (the handler's receipt to its response) and queue_us. The
+  // client's p50 minus server_p50_us is what the request spends outside the handler: the
+  // channel, gRPC's threads and the hand-offs to and from them.
+  double server_p50_us = 0, queue_p50_us = 0;
 };
 
 struct ConcurrencyFigures {
