@@ -90,6 +90,16 @@ std::set<std::string> SplitSet(const std::string& s) {
   return out;
 }
 
+std::vector<int> SplitInts(const std::string& s) {
+  std::vector<int> out;
+  for (absl::string_view p : absl::StrSplit(s, ',', absl::SkipEmpty())) {
+    const int v = std::atoi(std::string(p).c_str());
+    if (v <= 0) Die(absl::StrCat("want positive integers, got '", p, "' in '", s, "'"));
+    out.push_back(v);
+  }
+  return out;
+}
+
 Options ParseArgs(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
@@ -117,6 +127,14 @@ Options ParseArgs(int argc, char** argv) {
     } else if (a == "--sweep_one_tile") {
       o.sweep_one_tile = true;
       o.transpose_sweep = true;
+    } else if (const char* v = val("--load_lanes=")) {
+      o.load_lanes = SplitInts(v);
+    } else if (const char* v = val("--load_conc=")) {
+      o.load_conc = SplitInts(v);
+    } else if (const char* v = val("--load_workloads=")) {
+      o.load_workloads = SplitSet(v);
+    } else if (const char* v = val("--load_seconds=")) {
+      o.load_seconds = std::atof(v);
     } else if (const char* v = val("--server_arg=")) {
       o.server_args.emplace_back(v);
     } else if (const char* v = val("--chunk_bytes=")) {
@@ -125,8 +143,10 @@ Options ParseArgs(int argc, char** argv) {
       o.opserve_bin = v;
     } else if (a == "--help" || a == "-h") {
       std::printf(
-          "opserve-bench [--ops=sum,row_mean,row_sum,transpose,matmul,fusion,service,kserve,cublas_handles]\n"
+          "opserve-bench [--ops=sum,row_mean,row_sum,transpose,matmul,fusion,service,load,kserve,cublas_handles]\n"
           "              [--service]\n"
+          "              [--load_lanes=1,2,4] [--load_conc=1,16,64] [--load_workloads=10x2048,...]\n"
+          "              [--load_seconds=S]\n"
           "              [--quick]\n"
           "              [--out=DIR] [--reps=N>=20] [--algos=a,b,auto] [--shapes=LABEL,...]\n"
           "              [--opserve=PATH] [--transpose-sweep] [--chunk_bytes=N]\n"
@@ -165,7 +185,10 @@ int main(int argc, char** argv) {
   }
   // `--ops=service --server_arg=--device=cpu` runs without a GPU: the service path of the CPU
   // backend, for looking at the gRPC side of the overhead on any machine.
-  const bool service_only = opt.ops.size() == 1 && opt.ops.count("service") && !opt.transpose_sweep;
+  // --ops=load: the load section alone (issue 14's grid, or the part of it --load_* names).
+  const bool load_only = opt.ops.size() == 1 && opt.ops.count("load");
+  const bool service_only =
+      (opt.ops.size() == 1 && opt.ops.count("service") && !opt.transpose_sweep) || load_only;
   // --ops=kserve: the Open Inference Protocol section alone (it needs the GPU).
   const bool kserve_only = opt.ops.size() == 1 && opt.ops.count("kserve");
   bool have_gpu = true;
@@ -205,7 +228,7 @@ int main(int argc, char** argv) {
     rep.stream_gbps = r.stream_gbps;
     rep.floor_us = r.floor_us;
   }
-  if (opt.ops.count("service") || kserve_only) {
+  if (opt.ops.count("service") || kserve_only || load_only) {
 #if OPSERVE_BENCH_SERVICE
     ServiceOptions so;
     so.opserve_bin = opt.opserve_bin;
@@ -218,27 +241,34 @@ int main(int argc, char** argv) {
       const std::string beside = SelfDir() + "/opserve";
       so.opserve_bin = access(beside.c_str(), X_OK) == 0 ? beside : OPSERVE_BIN_DEFAULT;
     }
-    if (!kserve_only) {
+    if (!kserve_only && !load_only) {
       std::printf("service path over loopback gRPC (%s, chunk %lld bytes; 0: the client default)\n",
                   so.opserve_bin.c_str(), static_cast<long long>(so.chunk_bytes));
       std::fflush(stdout);
       rep.service = RunServiceBench(so);
+    }
+    if (!kserve_only) {
       ConcurrencyOptions co;
       co.opserve_bin = so.opserve_bin;
       co.server_args = so.server_args;
-      std::printf("service under concurrent load: lanes 1, 2, 4 x concurrency 1, 16, 64\n");
+      if (!opt.load_lanes.empty()) co.lanes = opt.load_lanes;
+      if (!opt.load_conc.empty()) co.concurrency = opt.load_conc;
+      if (opt.load_seconds > 0) co.seconds = opt.load_seconds;
+      co.workloads = opt.load_workloads;
+      std::printf("service under concurrent load: lanes %s x concurrency %s\n",
+                  absl::StrJoin(co.lanes, ", ").c_str(), absl::StrJoin(co.concurrency, ", ").c_str());
       std::fflush(stdout);
       rep.load = RunConcurrencyBench(co);
       PrintConcurrency(rep.load, opt.out_dir.empty() ? "" : opt.out_dir + "/load.csv");
     }
-    if (have_gpu && !kserve_only) {
+    if (have_gpu && !kserve_only && !load_only) {
       ReplayOptions ro;
       ro.opserve_bin = so.opserve_bin;
       ro.server_args = so.server_args;
       rep.replay = RunReplayBench(ro);
       PrintReplay(rep.replay);
     }
-    if (have_gpu) {
+    if (have_gpu && !load_only) {
       KServeOptions ko;
       ko.opserve_bin = so.opserve_bin;
       ko.server_args = so.server_args;

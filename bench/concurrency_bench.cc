@@ -15,13 +15,14 @@ namespace {
 
 struct Workload {
   const char* name;
+  const char* shape;  // what --load_workloads names
   int64_t rows, cols;
 };
 // Target 1's two kernel-bound shapes and target 2's launch-bound one.
 constexpr Workload kWorkloads[] = {
-    {"row_mean 4096x4096", 4096, 4096},
-    {"row_mean 8192x8192", 8192, 8192},
-    {"row_mean 10x2048", 10, 2048},
+    {"row_mean 4096x4096", "4096x4096", 4096, 4096},
+    {"row_mean 8192x8192", "8192x8192", 8192, 8192},
+    {"row_mean 10x2048", "10x2048", 10, 2048},
 };
 
 // What one thread saw.
@@ -106,6 +107,7 @@ ConcurrencyFigures RunConcurrencyBench(const ConcurrencyOptions& opt) {
       f.points.push_back(p);
     }
     for (const Workload& w : kWorkloads) {
+      if (!opt.workloads.empty() && !opt.workloads.count(w.shape)) continue;
       const std::string x = RandomFloats(static_cast<uint64_t>(w.rows * w.cols));
       const int64_t shape[] = {w.rows, w.cols};
       auto put = c.PutTensor("load_x", v1::FLOAT32, shape, x.data(), x.size(), /*overwrite=*/true);

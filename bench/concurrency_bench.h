@@ -3,6 +3,7 @@
 // calls for a fixed time; gRPC's floor measured the same way with Health/Check in the same run.
 #pragma once
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@ struct ConcurrencyOptions {
   std::vector<std::string> server_args;  // appended to the server's command line
   std::vector<int> lanes = {1, 2, 4};
   std::vector<int> concurrency = {1, 16, 64};
+  std::set<std::string> workloads;  // shapes such as "10x2048"; empty: all three
   double seconds = 1.5;  // per point
 };
 

@@ -58,6 +58,11 @@ struct Options {
   std::vector<std::string> server_args;  // --server_arg=X (repeatable): appended to opserve's
   bool transpose_sweep = false;  // time TransposeTma's knobs instead of the table
   bool sweep_one_tile = false;   // --sweep_one_tile: only the one-tile-per-CTA settings + default
+  // The load section's grid (--load_lanes, --load_conc, --load_workloads, --load_seconds); empty
+  // or 0: the section's own defaults (concurrency_bench.h).
+  std::vector<int> load_lanes, load_conc;
+  std::set<std::string> load_workloads;  // "10x2048", "4096x4096", ...
+  double load_seconds = 0;
 };
 
 // ---- The timing method (timing.cc). ----

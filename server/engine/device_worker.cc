@@ -1,10 +1,22 @@
 #include "server/engine/device_worker.h"
 
+#include <pthread.h>
+
 #include <chrono>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 
 namespace opserve {
+namespace {
+
+// Names a lane's thread as top, ps and /proc show it: a lane's CPU time can then be told apart
+// from gRPC's own threads. Linux keeps 15 characters.
+void NameThread(std::thread& t, const std::string& name) {
+  pthread_setname_np(t.native_handle(), name.substr(0, 15).c_str());
+}
+
+}  // namespace
 
 // One lane: its contexts, made and destroyed on its launch thread, and the hand-over between
 // its two threads. `mu` orders the slots, the pending finishers and the observer's calls.
@@ -41,6 +53,7 @@ absl::StatusOr<std::unique_ptr<DeviceWorker>> DeviceWorker::Start(Backend& backe
   for (int i = 0; i < lanes; ++i) {
     w->lanes_[i]->launch_thread =
         std::thread(&DeviceWorker::LaunchLoop, w.get(), std::ref(*w->lanes_[i]), &started[i]);
+    NameThread(w->lanes_[i]->launch_thread, absl::StrCat("lane", i, "-launch"));
   }
   absl::Status status;
   for (auto& s : started) status.Update(s.get_future().get());
@@ -129,6 +142,7 @@ void DeviceWorker::LaunchLoop(Lane& lane, std::promise<absl::Status>* started) {
   if (!status.ok()) return;
   for (auto& env : envs) lane.free_slots.push_back(env.get());
   lane.completion_thread = std::thread(&DeviceWorker::CompletionLoop, this, std::ref(lane));
+  NameThread(lane.completion_thread, absl::StrCat("lane", lane.index, "-complete"));
 
   for (;;) {
     {
