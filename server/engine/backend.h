@@ -67,6 +67,11 @@ class ExecEnv : public KernelEnv {
   // usable by the next launch at once, and a buffer dropped mid-request is reused only after
   // the launches queued before the drop. Charged to the backend's budget.
   virtual absl::StatusOr<BufferPtr> Allocate(uint64_t bytes) = 0;
+  // Memory that lives no longer than this request (an intermediate, a returned output, an inline
+  // input): valid until the next BeginRequest() on this context. On CUDA it comes from the
+  // context's own arena when it fits, so a small request makes no allocation call at all, and
+  // the same plan gets the same addresses each time (its CUDA graph replays unchanged).
+  virtual absl::StatusOr<BufferPtr> AllocateTransient(uint64_t bytes) { return Allocate(bytes); }
   // Copies host bytes into `dst`, in stream order. `src` must stay valid until Finish().
   virtual absl::Status CopyIn(Buffer& dst, const void* src, uint64_t bytes) = 0;
   // Sets `bytes` bytes of `dst` to `byte`, in stream order (no kernel of the op's runs: the
@@ -74,11 +79,16 @@ class ExecEnv : public KernelEnv {
   virtual absl::Status Fill(Buffer& dst, uint8_t byte, uint64_t bytes) = 0;
   // Called once at the start of each request.
   virtual void BeginRequest() {}
-  // Queues a copy of a returned output to host memory in stream order, so that the request's
-  // one wait (Finish) covers it too. The bytes are at the returned pointer after Finish() and
-  // stay there until the next BeginRequest(). nullptr: not staged (larger than the staging
-  // area); the caller copies with Backend::CopyOut after Finish instead.
-  virtual absl::StatusOr<const void*> StageOut(const Buffer& src, uint64_t bytes) = 0;
+  // Host memory for a returned output of `bytes`, which CopyToStaging fills in stream order so
+  // that the request's one wait (Finish) covers the copy too. The bytes are there after Finish()
+  // and stay until the next BeginRequest(). nullptr: none (no staging area here, or larger than
+  // it); the caller copies with Backend::CopyOut after Finish instead.
+  virtual absl::StatusOr<void*> ReserveStaging(uint64_t bytes) { return nullptr; }
+  // Queues the copy of `src` into `dst` (from ReserveStaging); inside LaunchAsGraph's `launch`
+  // it becomes part of the graph.
+  virtual absl::Status CopyToStaging(const Buffer& src, void* dst, uint64_t bytes) {
+    return absl::UnimplementedError("no staging area on this device");
+  }
   // Brackets node `i`'s kernels for timing (CUDA events or the host clock).
   virtual void MarkStart(int i) = 0;
   virtual void MarkEnd(int i) = 0;

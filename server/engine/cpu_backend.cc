@@ -45,8 +45,6 @@ class CpuExecEnv final : public ExecEnv {
     scratch_.emplace_back(new char[bytes]);
     return scratch_.back().get();
   }
-  // Host memory already: the output buffer itself, alive until the caller has copied it.
-  absl::StatusOr<const void*> StageOut(const Buffer& src, uint64_t) override { return src.data(); }
   void MarkStart(int i) override { Resize(i)[i].first = Clock::now(); }
   void MarkEnd(int i) override { Resize(i)[i].second = Clock::now(); }
   absl::StatusOr<std::vector<double>> Finish(int num_nodes) override {

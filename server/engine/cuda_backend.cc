@@ -364,6 +364,28 @@ std::unique_ptr<Uploader> CudaBackend::NewUploader(BufferPtr dst) {
   return std::make_unique<CudaUploader>(this, std::move(dst));
 }
 
+// An execution context's arena: device memory for the transient buffers of its requests, kept
+// from one request to the next. Like the cuBLAS workspace it is the context's own, outside the
+// memory budget, and bounded (kMaxArenaBytes per context): the budget is what clients can hold.
+class ArenaMemory final : public Buffer {
+ public:
+  ArenaMemory(void* p, uint64_t bytes, cudaStream_t stream) : Buffer(p, bytes), stream_(stream) {}
+  ~ArenaMemory() override { cudaFreeAsync(data(), stream_); }
+
+ private:
+  cudaStream_t stream_;
+};
+
+// A piece of an arena: freed with the arena, not on its own. It holds the arena, so the memory
+// stays while any piece of it does.
+class ArenaBuffer final : public Buffer {
+ public:
+  ArenaBuffer(void* p, uint64_t bytes, BufferPtr arena) : Buffer(p, bytes), arena_(std::move(arena)) {}
+
+ private:
+  BufferPtr arena_;
+};
+
 // A lane's stream and cuBLAS handle, shared by the lane's contexts.
 struct LaneStream {
   ~LaneStream() {
@@ -430,30 +452,61 @@ class CudaExecEnv final : public ExecEnv {
   absl::StatusOr<BufferPtr> Allocate(uint64_t bytes) override {
     return backend_->AllocateOn(bytes, stream_);
   }
+  // From the arena while it has room, else from the pool; an arena too small for a request is
+  // grown before the next one (BeginRequest), up to kMaxArenaBytes.
+  absl::StatusOr<BufferPtr> AllocateTransient(uint64_t bytes) override {
+    const uint64_t need = arena_used_ + Aligned(std::max<uint64_t>(bytes, 1));
+    if (arena_ != nullptr && need <= arena_->bytes()) {
+      void* p = static_cast<char*>(arena_->data()) + arena_used_;
+      arena_used_ = need;
+      return std::make_shared<ArenaBuffer>(p, bytes, arena_);
+    }
+    arena_want_ = std::min(std::max(arena_want_, need), kMaxArenaBytes);
+    return backend_->AllocateOn(bytes, stream_);
+  }
   absl::Status CopyIn(Buffer& dst, const void* src, uint64_t bytes) override {
     return backend_->Check(cudaMemcpyAsync(dst.data(), src, bytes, cudaMemcpyHostToDevice, stream_),
                            "inline upload");
   }
+  // On stream(): inside a graph's capture, the fill is a node of the graph.
   absl::Status Fill(Buffer& dst, uint8_t byte, uint64_t bytes) override {
-    return backend_->Check(cudaMemsetAsync(dst.data(), byte, bytes, stream_), "fill");
+    return backend_->Check(
+        cudaMemsetAsync(dst.data(), byte, bytes, static_cast<cudaStream_t>(stream())), "fill");
   }
   absl::StatusOr<void*> Scratch(uint64_t bytes) override {
     if (graphs_.capturing()) return graphs_.CaptureScratch(bytes);
-    ASSIGN_OR_RETURN(BufferPtr b, backend_->AllocateOn(bytes, stream_));
+    ASSIGN_OR_RETURN(BufferPtr b, AllocateTransient(bytes));
     scratch_.push_back(b);
     return b->data();
   }
-  void BeginRequest() override { staged_ = 0; }
+  // The context's last request is done (Finish): its transient memory and staging are free.
+  void BeginRequest() override {
+    staged_ = 0;
+    arena_used_ = 0;
+    if (arena_want_ > (arena_ ? arena_->bytes() : 0)) {
+      // Stream-ordered: the old arena goes back after the work queued on it. Without room for
+      // the new one, requests use the pool as before.
+      arena_.reset();
+      void* p = nullptr;
+      if (cudaMallocAsync(&p, arena_want_, stream_) == cudaSuccess) {
+        arena_ = std::make_shared<ArenaMemory>(p, arena_want_, stream_);
+      } else {
+        (void)cudaGetLastError();  // out of memory is not sticky
+      }
+      arena_want_ = 0;
+    }
+  }
 
   // Small outputs go through one page-locked area, grown (between requests only) up to
   // kMaxStagingBytes; larger ones are left to Backend::CopyOut.
-  absl::StatusOr<const void*> StageOut(const Buffer& src, uint64_t bytes) override {
+  absl::StatusOr<void*> ReserveStaging(uint64_t bytes) override {
     if (bytes == 0) return nullptr;
-    char* dst = Stage(bytes);
-    if (dst == nullptr) return nullptr;
-    RETURN_IF_ERROR(backend_->Check(cudaMemcpyAsync(dst, src.data(), bytes, cudaMemcpyDeviceToHost, stream_),
-                                    "output download"));
-    return dst;
+    return Stage(bytes);
+  }
+  absl::Status CopyToStaging(const Buffer& src, void* dst, uint64_t bytes) override {
+    return backend_->Check(cudaMemcpyAsync(dst, src.data(), bytes, cudaMemcpyDeviceToHost,
+                                           static_cast<cudaStream_t>(stream())),
+                           "output download");
   }
 
   absl::Status InjectFault() override {
@@ -532,9 +585,13 @@ class CudaExecEnv final : public ExecEnv {
 
   // Room for `bytes` more in the page-locked area, grown (between requests only) up to
   // kMaxStagingBytes; nullptr when it has none: larger outputs are left to Backend::CopyOut.
+  static uint64_t Aligned(uint64_t bytes) {
+    constexpr uint64_t kAlign = 256;  // as cudaMallocAsync's, for vector loads
+    return (bytes + kAlign - 1) / kAlign * kAlign;
+  }
+
   char* Stage(uint64_t bytes) {
-    constexpr uint64_t kAlign = 256;
-    const uint64_t need = staged_ + (bytes + kAlign - 1) / kAlign * kAlign;
+    const uint64_t need = staged_ + Aligned(bytes);
     if (need > kMaxStagingBytes) return nullptr;
     if (need > staging_bytes_) {
       if (staged_ > 0) return nullptr;  // copies into the current area are queued
@@ -557,6 +614,7 @@ class CudaExecEnv final : public ExecEnv {
   }
 
   static constexpr uint64_t kMaxStagingBytes = 16 << 20;
+  static constexpr uint64_t kMaxArenaBytes = 16 << 20;
   static constexpr int kEventsAtStart = 8;
 
   CudaBackend* backend_;
@@ -565,9 +623,12 @@ class CudaExecEnv final : public ExecEnv {
   cudaStream_t capture_stream_ = nullptr;  // this context's alone; owned by the backend
   cudaEvent_t done_ = nullptr;     // recorded by Launched(), waited for by Finish()
   bool launched_ = false;
-  void* staging_ = nullptr;  // page-locked, for StageOut
+  void* staging_ = nullptr;  // page-locked, for ReserveStaging
   uint64_t staging_bytes_ = 0;
   uint64_t staged_ = 0;      // bytes of it this request uses
+  BufferPtr arena_;          // device memory for transient buffers; none until a request needs it
+  uint64_t arena_used_ = 0;  // bytes of it this request uses
+  uint64_t arena_want_ = 0;  // what the last requests would have used, for BeginRequest
   std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events_;
   std::vector<BufferPtr> scratch_;
   CudaGraphCache graphs_;

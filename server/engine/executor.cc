@@ -15,9 +15,15 @@ double MicrosSince(Clock::time_point t) {
   return std::chrono::duration<double, std::micro>(Clock::now() - t).count();
 }
 
-// Graphs of this many nodes or more run as one CUDA graph where the device keeps a graph cache:
-// a single node is one launch already.
-constexpr int kMinGraphNodes = 2;
+// Graphs of this many nodes or more run as one CUDA graph where the device keeps a graph cache.
+// One node counts too: besides its kernel it has two timing marks and the copy of its output,
+// and one graph launch queues them all for less host time than those calls take one by one.
+constexpr int kMinGraphNodes = 1;
+
+// A node's output: kept under a name, it must outlive the request; otherwise it is transient.
+absl::StatusOr<BufferPtr> Allocate(ExecEnv& env, const PlanNode& n) {
+  return n.store_as.empty() ? env.AllocateTransient(n.output.Bytes()) : env.Allocate(n.output.Bytes());
+}
 
 bool HasEmptyInput(const PlanNode& n) {
   for (const TensorMeta& m : n.input_meta) {
@@ -44,7 +50,7 @@ absl::Status LaunchPlan(const Plan& plan, ExecEnv& env, Metrics* metrics,
         inline_buffers[in.index] = pi.device;
         continue;
       }
-      auto buffer = env.Allocate(pi.meta.Bytes());
+      auto buffer = env.AllocateTransient(pi.meta.Bytes());
       if (!buffer.ok()) {
         (void)env.Finish(0);  // the copies already queued finish before their buffers go back
         return absl::Status(buffer.status().code(), absl::StrCat("inline tensor ", Quote(pi.name),
@@ -113,6 +119,29 @@ absl::Status LaunchPlan(const Plan& plan, ExecEnv& env, Metrics* metrics,
     return s;
   };
 
+  // Returned outputs go to host memory in stream order, so the request's one wait covers them.
+  // Their places are reserved first: in a graph the copies are nodes too, and the places among
+  // its bindings. An output with a host destination is copied there after the wait
+  // (CompletePlan), as is one the staging area cannot hold.
+  std::vector<void*>& staged = launch->staged;
+  staged.assign(num_nodes, nullptr);
+  for (int i = 0; i < num_nodes; ++i) {
+    if (!plan.nodes[i].returned || plan.nodes[i].host_dest != nullptr) continue;
+    auto p = env.ReserveStaging(plan.nodes[i].output.Bytes());
+    if (!p.ok()) {
+      (void)env.Finish(0);
+      return p.status();
+    }
+    staged[i] = *p;
+  }
+  auto stage_outputs = [&]() -> absl::Status {
+    for (int i = 0; i < num_nodes; ++i) {
+      if (staged[i] == nullptr) continue;
+      RETURN_IF_ERROR(env.CopyToStaging(*outputs[i], staged[i], plan.nodes[i].output.Bytes()));
+    }
+    return absl::OkStatus();
+  };
+
   // As one CUDA graph where the device has a graph cache. Every output is allocated first:
   // allocations are not captured, and the graph's intermediates live until the request ends.
   // When they do not fit the budget together, the graph runs node by node instead, where each
@@ -124,7 +153,7 @@ absl::Status LaunchPlan(const Plan& plan, ExecEnv& env, Metrics* metrics,
       outputs[i] = plan.nodes[i].device_dest;
       continue;
     }
-    auto out = env.Allocate(plan.nodes[i].output.Bytes());
+    auto out = Allocate(env, plan.nodes[i]);
     if (!out.ok()) {
       outputs.assign(num_nodes, nullptr);  // unused: back in stream order at once
       if (out.status().code() == absl::StatusCode::kResourceExhausted) {
@@ -150,6 +179,7 @@ absl::Status LaunchPlan(const Plan& plan, ExecEnv& env, Metrics* metrics,
         if (in.source == PlanInput::Source::kInline) bindings.push_back(inline_buffers[in.index]->data());
       }
       if (outputs[i]) bindings.push_back(outputs[i]->data());
+      if (staged[i]) bindings.push_back(staged[i]);
     }
     int failed = -1;
     auto replay = env.LaunchAsGraph(plan.signature, bindings, [&]() -> absl::Status {
@@ -159,7 +189,7 @@ absl::Status LaunchPlan(const Plan& plan, ExecEnv& env, Metrics* metrics,
           return s;
         }
       }
-      return absl::OkStatus();
+      return stage_outputs();
     });
     if (!replay.ok()) {
       (void)env.Finish(num_nodes);  // drain the device before buffers go back
@@ -200,8 +230,7 @@ absl::Status LaunchPlan(const Plan& plan, ExecEnv& env, Metrics* metrics,
         }
         continue;
       }
-      auto out = n.device_dest ? absl::StatusOr<BufferPtr>(n.device_dest)
-                               : env.Allocate(n.output.Bytes());
+      auto out = n.device_dest ? absl::StatusOr<BufferPtr>(n.device_dest) : Allocate(env, n);
       if (!out.ok()) {
         // Drain first: the nodes already queued read stored tensors this request holds, and a
         // tensor deleted meanwhile goes back to the pool when the request lets go of it.
@@ -219,26 +248,17 @@ absl::Status LaunchPlan(const Plan& plan, ExecEnv& env, Metrics* metrics,
         if (src.last_use == i && !src.returned && src.store_as.empty()) outputs[in.index].reset();
       }
     }
-  }
-  // A request abandoned during its last node stages and stores nothing.
-  if (options.check_alive) {
-    if (auto s = options.check_alive(); !s.ok()) {
+    // A request abandoned during its last node stages and stores nothing.
+    if (options.check_alive) {
+      if (auto s = options.check_alive(); !s.ok()) {
+        (void)env.Finish(num_nodes);
+        return s;
+      }
+    }
+    if (absl::Status s = stage_outputs(); !s.ok()) {
       (void)env.Finish(num_nodes);
       return s;
     }
-  }
-  // Returned outputs go to host memory in stream order: the one wait covers them.
-  std::vector<const void*>& staged = launch->staged;
-  staged.assign(num_nodes, nullptr);
-  for (int i = 0; i < num_nodes; ++i) {
-    // An output with a host destination is copied there after the wait (CompletePlan).
-    if (!plan.nodes[i].returned || plan.nodes[i].host_dest != nullptr) continue;
-    auto p = env.StageOut(*outputs[i], plan.nodes[i].output.Bytes());
-    if (!p.ok()) {
-      (void)env.Finish(num_nodes);
-      return p.status();
-    }
-    staged[i] = *p;
   }
   if (absl::Status s = env.Launched(); !s.ok()) {
     (void)env.Finish(num_nodes);
@@ -253,7 +273,7 @@ absl::Status CompletePlan(const Plan& plan, Backend& backend, ExecEnv& env, Tens
   const int num_nodes = static_cast<int>(plan.nodes.size());
   std::vector<BufferPtr>& outputs = launch.outputs;
   const std::vector<bool>& skipped = launch.skipped;
-  const std::vector<const void*>& staged = launch.staged;
+  const std::vector<void*>& staged = launch.staged;
   auto seconds = env.Finish(num_nodes);
   if (!seconds.ok()) {
     // Kernels run asynchronously: a device error surfaces here, after all launches.

@@ -29,7 +29,7 @@ struct LaunchState {
   std::vector<BufferPtr> inline_buffers;
   std::vector<BufferPtr> outputs;        // per node; intermediates already dropped are empty
   std::vector<bool> skipped;             // empty inputs: no kernel ran
-  std::vector<const void*> staged;       // returned outputs in host memory after the wait
+  std::vector<void*> staged;             // returned outputs in host memory after the wait
   std::chrono::steady_clock::time_point compute_start;
 };
 

@@ -245,7 +245,7 @@ void Metrics::Impl::Build(const std::string& backend) {
                        .Register(*registry);
   auto& graphs = prometheus::BuildCounter()
                      .Name("opserve_graph_replays_total")
-                     .Help("Execute requests of two or more nodes by how their kernels ran: "
+                     .Help("Execute requests on a device with a graph cache by how their kernels ran: "
                            "hit (a cached CUDA graph replayed), rebound (replayed after an update "
                            "to the request's tensors), miss (captured now), direct (node by node: "
                            "kernels a graph cannot capture, or intermediates over the budget).")

@@ -47,7 +47,7 @@ class Metrics {
   void InitLanes(int lanes);
   // Jobs in flight on `lane` now (0 to DeviceWorker::kSlotsPerLane).
   void SetLaneInflight(int lane, int running);
-  // How a request of two or more nodes ran: "hit", "rebound", "miss" or "direct"
+  // How a request ran where the device keeps CUDA graphs: "hit", "rebound", "miss" or "direct"
   // (opserve_graph_replays_total).
   void RecordGraph(std::string_view result);
 

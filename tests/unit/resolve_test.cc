@@ -299,7 +299,6 @@ class NoDeviceEnv final : public ExecEnv {
   absl::StatusOr<void*> Scratch(uint64_t) override {
     return absl::FailedPreconditionError("no device memory in this test");
   }
-  absl::StatusOr<const void*> StageOut(const Buffer&, uint64_t) override { return nullptr; }
   void MarkStart(int) override {}
   void MarkEnd(int) override {}
   absl::StatusOr<std::vector<double>> Finish(int n) override { return std::vector<double>(n); }
