@@ -455,13 +455,15 @@ class CudaExecEnv final : public ExecEnv {
   // From the arena while it has room, else from the pool; an arena too small for a request is
   // grown before the next one (BeginRequest), up to kMaxArenaBytes.
   absl::StatusOr<BufferPtr> AllocateTransient(uint64_t bytes) override {
-    const uint64_t need = arena_used_ + Aligned(std::max<uint64_t>(bytes, 1));
-    if (arena_ != nullptr && need <= arena_->bytes()) {
+    const uint64_t aligned = Aligned(std::max<uint64_t>(bytes, 1));
+    transient_bytes_ += aligned;
+    if (arena_ != nullptr && arena_used_ + aligned <= arena_->bytes()) {
       void* p = static_cast<char*>(arena_->data()) + arena_used_;
-      arena_used_ = need;
+      arena_used_ += aligned;
       return std::make_shared<ArenaBuffer>(p, bytes, arena_);
     }
-    arena_want_ = std::min(std::max(arena_want_, need), kMaxArenaBytes);
+    // Room for all of this request's transient buffers, the pool's among them, next time.
+    arena_want_ = std::min(std::max(arena_want_, transient_bytes_), kMaxArenaBytes);
     return backend_->AllocateOn(bytes, stream_);
   }
   absl::Status CopyIn(Buffer& dst, const void* src, uint64_t bytes) override {
@@ -483,6 +485,7 @@ class CudaExecEnv final : public ExecEnv {
   void BeginRequest() override {
     staged_ = 0;
     arena_used_ = 0;
+    transient_bytes_ = 0;
     if (arena_want_ > (arena_ ? arena_->bytes() : 0)) {
       // Stream-ordered: the old arena goes back after the work queued on it. Without room for
       // the new one, requests use the pool as before.
@@ -583,13 +586,13 @@ class CudaExecEnv final : public ExecEnv {
                     "cublasSetWorkspace");
   }
 
-  // Room for `bytes` more in the page-locked area, grown (between requests only) up to
-  // kMaxStagingBytes; nullptr when it has none: larger outputs are left to Backend::CopyOut.
   static uint64_t Aligned(uint64_t bytes) {
     constexpr uint64_t kAlign = 256;  // as cudaMallocAsync's, for vector loads
     return (bytes + kAlign - 1) / kAlign * kAlign;
   }
 
+  // Room for `bytes` more in the page-locked area, grown (between requests only) up to
+  // kMaxStagingBytes; nullptr when it has none: larger outputs are left to Backend::CopyOut.
   char* Stage(uint64_t bytes) {
     const uint64_t need = staged_ + Aligned(bytes);
     if (need > kMaxStagingBytes) return nullptr;
@@ -628,6 +631,7 @@ class CudaExecEnv final : public ExecEnv {
   uint64_t staged_ = 0;      // bytes of it this request uses
   BufferPtr arena_;          // device memory for transient buffers; none until a request needs it
   uint64_t arena_used_ = 0;  // bytes of it this request uses
+  uint64_t transient_bytes_ = 0;  // this request's transient buffers, in the arena or not
   uint64_t arena_want_ = 0;  // what the last requests would have used, for BeginRequest
   std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events_;
   std::vector<BufferPtr> scratch_;
