@@ -35,7 +35,7 @@ copy_bins() {
 }
 copy_bins "$build" "$stage/opserve/bin" server/opserve client/opserve-cli tests/gpu/gpu_test \
   tests/e2e/e2e_test tests/unit/unit_test bench/opserve-bench bench/diag/opserve-row-patterns \
-  bench/diag/opserve-execute-floor bench/diag/opserve-matmul-sweep
+  bench/diag/opserve-execute-floor bench/diag/opserve-matmul-sweep bench/diag/opserve-graph-marks
 
 capped_targets=(opserve opserve-cli gpu_test e2e_test)
 if [[ ${OPSERVE_BUNDLE_CAPPED:-1} != 0 ]]; then

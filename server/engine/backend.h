@@ -77,8 +77,8 @@ class ExecEnv : public KernelEnv {
   // Sets `bytes` bytes of `dst` to `byte`, in stream order (no kernel of the op's runs: the
   // output of a node whose input is empty).
   virtual absl::Status Fill(Buffer& dst, uint8_t byte, uint64_t bytes) = 0;
-  // Called once at the start of each request.
-  virtual void BeginRequest() {}
+  // Called once at the start of each request, of `num_nodes` nodes.
+  virtual void BeginRequest(int num_nodes) {}
   // Host memory for a returned output of `bytes`, which CopyToStaging fills in stream order so
   // that the request's one wait (Finish) covers the copy too. The bytes are there after Finish()
   // and stay until the next BeginRequest(). nullptr: none (no staging area here, or larger than

@@ -8,9 +8,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cublas_loader.h"
+#include "kernels/stream_marks.h"
 #include "kernels/test_fault.h"
 #include "server/ops/cuda_launch.h"
 #include "server/engine/cuda_graph_cache.h"
+#include "server/engine/cuda_node_timer.h"
 #include "server/engine/pinned_pool.h"
 #include "server/ops/op.h"
 #include "common/status_macros.h"
@@ -19,6 +21,9 @@ namespace opserve {
 namespace {
 
 using cuda::FromCuda;
+
+// The coarsest step of the device's timer that still times a kernel of a few microseconds.
+constexpr uint64_t kMaxTimerStepNs = 128;
 
 // Errors after which the CUDA context is unusable: the process must restart to serve again.
 bool IsSticky(cudaError_t e) {
@@ -107,6 +112,8 @@ class CudaBackend final : public Backend {
   PinnedPool& pinned() { return pinned_; }
   int device_index() const { return device_; }
   int graph_cache() const { return graph_cache_; }
+  // Whether graphs time their nodes with the device's timer (CudaNodeTimer).
+  bool timer_stamps() const { return timer_stamps_; }
 
  private:
   absl::Status CopyOutVia(PinnedPool::Block block, const Buffer& src, uint64_t offset, void* dst,
@@ -117,6 +124,7 @@ class CudaBackend final : public Backend {
   const int device_;
   MemoryBudget budget_;
   const int graph_cache_;  // graphs per execution context (CudaGraphCache)
+  bool timer_stamps_ = false;
   std::string description_;
   int cc_ = 0;  // the GPU's own, or the cap below it (--max_compute_capability)
   std::string capability_source_;
@@ -177,6 +185,11 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device, uin
                            "cudaMemPoolSetAttribute"));
   RETURN_IF_ERROR(FromCuda(cudaStreamCreateWithFlags(&b->alloc_stream_, cudaStreamNonBlocking), "stream"));
   RETURN_IF_ERROR(FromCuda(cudaStreamCreateWithFlags(&b->copy_stream_, cudaStreamNonBlocking), "stream"));
+  // A timer that steps by a microsecond or more would round a small kernel's time away; such a
+  // GPU's graphs keep timing nodes with events, whose resolution is about half a microsecond.
+  uint64_t step_ns = 0;
+  RETURN_IF_ERROR(FromCuda(kernels::MeasureTimerStep(&step_ns, b->copy_stream_), "timer step"));
+  b->timer_stamps_ = step_ns > 0 && step_ns <= kMaxTimerStepNs;
   return b;
 }
 
@@ -406,17 +419,14 @@ class CudaExecEnv final : public ExecEnv {
  public:
   explicit CudaExecEnv(CudaBackend* backend)
       : backend_(backend),
+        timer_(backend->timer_stamps()),
         graphs_(
             backend->graph_cache(), [backend](uint64_t bytes) { return backend->Allocate(bytes); },
             [this](cudaStream_t s) { return BindBlas(s); }) {}
   ~CudaExecEnv() override {
     if (stream_) cudaStreamSynchronize(stream_);
-    graphs_.Clear();  // before the events its graphs record
+    graphs_.Clear();  // before the events and stamps its graphs record
     if (staging_) cudaFreeHost(staging_);
-    for (auto& [a, b] : events_) {
-      cudaEventDestroy(a);
-      cudaEventDestroy(b);
-    }
     if (done_) cudaEventDestroy(done_);
   }
 
@@ -438,16 +448,25 @@ class CudaExecEnv final : public ExecEnv {
       ASSIGN_OR_RETURN(capture_stream_, backend_->NewLaneStream());
     }
     RETURN_IF_ERROR(FromCuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "event"));
-    // Made now rather than by the first requests: events for a few nodes, and the staging.
-    Events(kEventsAtStart - 1);
+    // Made now rather than by the first requests: timing for a few nodes, and the staging.
+    timer_.Init(kNodesAtStart);
     (void)Stage(1);
     staged_ = 0;
     return absl::OkStatus();
   }
 
   // While a graph is captured, the kernels go to the capture stream (CudaGraphCache::Launch).
-  void* stream() override { return graphs_.capturing() ? capture_stream_ : stream_; }
-  void* blas_handle() override { return lane_->blas; }
+  // A launcher asks for the stream or the cuBLAS handle to queue work: the node timer's next
+  // boundary then needs a stamp of its own.
+  void* stream() override {
+    if (!graphs_.capturing()) return stream_;
+    timer_.Queued();
+    return capture_stream_;
+  }
+  void* blas_handle() override {
+    if (graphs_.capturing()) timer_.Queued();
+    return lane_->blas;
+  }
 
   absl::StatusOr<BufferPtr> Allocate(uint64_t bytes) override {
     return backend_->AllocateOn(bytes, stream_);
@@ -482,7 +501,8 @@ class CudaExecEnv final : public ExecEnv {
     return b->data();
   }
   // The context's last request is done (Finish): its transient memory and staging are free.
-  void BeginRequest() override {
+  void BeginRequest(int num_nodes) override {
+    timer_.BeginRequest(num_nodes);
     staged_ = 0;
     arena_used_ = 0;
     transient_bytes_ = 0;
@@ -506,9 +526,13 @@ class CudaExecEnv final : public ExecEnv {
     if (bytes == 0) return nullptr;
     return Stage(bytes);
   }
+  // A small output is copied by a kernel: in a graph a copy node costs the device about 5 us
+  // before it starts, the kernel about 1 (PERFORMANCE.md).
   absl::Status CopyToStaging(const Buffer& src, void* dst, uint64_t bytes) override {
-    return backend_->Check(cudaMemcpyAsync(dst, src.data(), bytes, cudaMemcpyDeviceToHost,
-                                           static_cast<cudaStream_t>(stream())),
+    auto s = static_cast<cudaStream_t>(stream());
+    return backend_->Check(bytes <= kKernelCopyMaxBytes
+                               ? kernels::LaunchCopyToHost(src.data(), dst, bytes, s)
+                               : cudaMemcpyAsync(dst, src.data(), bytes, cudaMemcpyDeviceToHost, s),
                            "output download");
   }
 
@@ -516,16 +540,24 @@ class CudaExecEnv final : public ExecEnv {
     // The launch itself succeeds; the fault surfaces at Finish, as a real one would.
     return FromCuda(kernels::LaunchIllegalAddressForTest(stream_), "injected fault");
   }
-  void MarkStart(int i) override { Record(Events(i).first); }
-  void MarkEnd(int i) override { Record(Events(i).second); }
+  void MarkStart(int i) override {
+    timer_.Mark(i, /*end=*/false, stream_, capture_stream_, graphs_.capturing());
+  }
+  void MarkEnd(int i) override {
+    timer_.Mark(i, /*end=*/true, stream_, capture_stream_, graphs_.capturing());
+  }
   bool LaunchesGraphs() const override { return backend_->graph_cache() > 0; }
   absl::StatusOr<GraphReplay> LaunchAsGraph(const std::string& key,
                                             std::span<const void* const> bindings,
                                             const std::function<absl::Status()>& launch) override {
-    return graphs_.Launch(stream_, capture_stream_, key, bindings, launch);
+    auto captured = [&]() -> absl::Status {
+      if (graphs_.capturing()) timer_.BeginCapture();
+      return launch();
+    };
+    return graphs_.Launch(stream_, capture_stream_, key, bindings, captured, timer_.stamps());
   }
   absl::Status WaitNode(int i) override {
-    return backend_->Check(cudaEventSynchronize(Events(i).second), "device");
+    return backend_->Check(cudaEventSynchronize(timer_.EndEvent(i)), "device");
   }
 
   absl::Status Launched() override {
@@ -543,40 +575,10 @@ class CudaExecEnv final : public ExecEnv {
     launched_ = false;
     scratch_.clear();
     RETURN_IF_ERROR(backend_->Check(err, "device"));
-    std::vector<double> seconds(num_nodes, 0.0);
-    for (int i = 0; i < num_nodes && i < static_cast<int>(events_.size()); ++i) {
-      float ms = 0.f;
-      if (cudaEventElapsedTime(&ms, events_[i].first, events_[i].second) == cudaSuccess) {
-        seconds[i] = ms * 1e-3;
-      } else {
-        // A pair this request did not record (a node it abandoned before marking): no time,
-        // and the error must not stay behind to fail the next launch's error check.
-        (void)cudaGetLastError();
-      }
-    }
-    return seconds;
+    return timer_.Seconds(num_nodes);
   }
 
  private:
-  std::pair<cudaEvent_t, cudaEvent_t>& Events(int i) {
-    while (static_cast<int>(events_.size()) <= i) {
-      cudaEvent_t a, b;
-      cudaEventCreate(&a);
-      cudaEventCreate(&b);
-      events_.emplace_back(a, b);
-    }
-    return events_[i];
-  }
-
-  // While a graph is captured, a plain record would only order the capture: an external one
-  // becomes a node of the graph and times the node on every replay.
-  void Record(cudaEvent_t e) {
-    if (graphs_.capturing()) {
-      cudaEventRecordWithFlags(e, capture_stream_, cudaEventRecordExternal);
-    } else {
-      cudaEventRecord(e, stream_);
-    }
-  }
 
   // The lane's cuBLAS handle on `s`, with its own workspace (which cublasSetStream resets).
   absl::Status BindBlas(cudaStream_t s) {
@@ -618,7 +620,8 @@ class CudaExecEnv final : public ExecEnv {
 
   static constexpr uint64_t kMaxStagingBytes = 16 << 20;
   static constexpr uint64_t kMaxArenaBytes = 16 << 20;
-  static constexpr int kEventsAtStart = 8;
+  static constexpr int kNodesAtStart = 8;
+  static constexpr uint64_t kKernelCopyMaxBytes = 64 << 10;
 
   CudaBackend* backend_;
   std::shared_ptr<LaneStream> lane_;
@@ -633,7 +636,7 @@ class CudaExecEnv final : public ExecEnv {
   uint64_t arena_used_ = 0;  // bytes of it this request uses
   uint64_t transient_bytes_ = 0;  // this request's transient buffers, in the arena or not
   uint64_t arena_want_ = 0;  // what the last requests would have used, for BeginRequest
-  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events_;
+  CudaNodeTimer timer_;
   std::vector<BufferPtr> scratch_;
   CudaGraphCache graphs_;
 };

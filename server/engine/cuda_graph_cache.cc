@@ -78,7 +78,8 @@ absl::StatusOr<GraphReplay> CudaGraphCache::Launch(cudaStream_t stream,
                                                    cudaStream_t capture_stream,
                                                    const std::string& key,
                                                    std::span<const void* const> bindings,
-                                                   const std::function<absl::Status()>& launch) {
+                                                   const std::function<absl::Status()>& launch,
+                                                   CudaNodeTimer::Stamps& stamps) {
   auto run_directly = [&]() -> absl::StatusOr<GraphReplay> {
     RETURN_IF_ERROR(launch());
     return GraphReplay::kNotUsed;
@@ -98,6 +99,7 @@ absl::StatusOr<GraphReplay> CudaGraphCache::Launch(cudaStream_t stream,
     }
     // An entry without a graph remembers that this signature cannot be captured.
     fresh.bindings.assign(bindings.begin(), bindings.end());
+    fresh.stamps = stamps;
     Entry& e = Insert(std::move(fresh));
     if (e.exec == nullptr) return run_directly();
     RETURN_IF_ERROR(FromCuda(cudaGraphLaunch(e.exec, stream), "graph launch"));
@@ -138,9 +140,11 @@ absl::StatusOr<GraphReplay> CudaGraphCache::Launch(cudaStream_t stream,
     cudaGraphDestroy(graph);
     if (e.exec == nullptr) return run_directly();
     e.bindings.assign(bindings.begin(), bindings.end());
+    e.stamps = stamps;
     RETURN_IF_ERROR(FromCuda(cudaGraphLaunch(e.exec, stream), "graph launch"));
     return GraphReplay::kRebound;
   }
+  stamps = e.stamps;
   RETURN_IF_ERROR(FromCuda(cudaGraphLaunch(e.exec, stream), "graph launch"));
   return GraphReplay::kReplayed;
 }

@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "server/engine/backend.h"
+#include "server/engine/cuda_node_timer.h"
 
 namespace opserve {
 
@@ -39,10 +40,13 @@ class CudaGraphCache {
   // See ExecEnv::LaunchAsGraph. Graphs run on `stream`, the lane's. They are captured on
   // `capture_stream`, which only this context uses: work other threads queue on the lane's stream
   // meanwhile (the completion thread's stream-ordered frees) must not join the capture.
+  // `stamps`: where the nodes' timestamps go, filled by a capture and kept with its graph, set
+  // from the graph on a replay.
   absl::StatusOr<GraphReplay> Launch(cudaStream_t stream, cudaStream_t capture_stream,
                                      const std::string& key,
                                      std::span<const void* const> bindings,
-                                     const std::function<absl::Status()>& launch);
+                                     const std::function<absl::Status()>& launch,
+                                     CudaNodeTimer::Stamps& stamps);
   // True while `launch` is being captured: timing marks become graph nodes, and Scratch comes
   // from CaptureScratch.
   bool capturing() const { return capturing_ != nullptr; }
@@ -56,6 +60,7 @@ class CudaGraphCache {
     cudaGraphExec_t exec = nullptr;          // nullptr: the kernels cannot be captured
     std::vector<const void*> bindings;       // the addresses the graph was captured with
     std::vector<BufferPtr> scratch;
+    CudaNodeTimer::Stamps stamps;            // where the graph writes its nodes' timestamps
   };
   // Captures `launch` into a graph; nullptr with OK when the kernels cannot be captured.
   absl::StatusOr<cudaGraph_t> Capture(cudaStream_t stream, cudaStream_t lane_stream, Entry& entry,

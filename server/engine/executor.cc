@@ -37,7 +37,7 @@ bool HasEmptyInput(const PlanNode& n) {
 absl::Status LaunchPlan(const Plan& plan, ExecEnv& env, Metrics* metrics,
                         const ExecuteOptions& options, LaunchState* launch,
                         ExecuteResult* result) {
-  env.BeginRequest();
+  env.BeginRequest(static_cast<int>(plan.nodes.size()));
   // Inputs: upload each inline tensor that a node reads, once.
   auto t_input = Clock::now();
   std::vector<BufferPtr>& inline_buffers = launch->inline_buffers;

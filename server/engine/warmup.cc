@@ -47,7 +47,7 @@ absl::StatusOr<int> RunAll(Backend& backend, ExecEnv& env) {
           auto o = fits ? env.Allocate(out->Bytes()) : absl::ResourceExhaustedError("");
           if (!o.ok() && absl::IsResourceExhausted(o.status())) continue;
           if (!o.ok()) return o.status();
-          env.BeginRequest();
+          env.BeginRequest(1);
           KernelArgs args{ptrs, in, (*o)->data(), *out, no_attrs, env};
           // A first launch includes loading the kernel: the medium side runs a second time when
           // the first looked too slow, so that the load does not decide the large side.

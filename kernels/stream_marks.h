@@ -1,0 +1,23 @@
+// Small kernels the engine queues around a request's nodes inside a CUDA graph, where they cost
+// the device far less than the nodes they replace: an external event record node leaves a gap
+// of about 3.5 us on the device and a device-to-host copy node about 5 us, measured on an H200
+// (PERFORMANCE.md, "What a graph's timing and copies cost").
+#pragma once
+
+#include "kernels/common.h"
+
+namespace opserve::kernels {
+
+// Writes the device's global nanosecond timer (%globaltimer) to `dst`, once the work queued
+// before it on `stream` is done. `dst` may be page-locked host memory.
+cudaError_t LaunchTimestamp(uint64_t* dst, cudaStream_t stream);
+
+// Copies `bytes` from device memory to page-locked host memory with a kernel, not the copy
+// engine: for a few kilobytes the kernel is done before a copy node would start.
+cudaError_t LaunchCopyToHost(const void* src, void* dst, uint64_t bytes, cudaStream_t stream);
+
+// The timer's smallest step in nanoseconds, measured on `stream` (blocking; for start-up). Some
+// GPUs advance it only every microsecond, too coarse to time a kernel of a few.
+cudaError_t MeasureTimerStep(uint64_t* step_ns, cudaStream_t stream);
+
+}  // namespace opserve::kernels
