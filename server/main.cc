@@ -56,6 +56,9 @@ ABSL_FLAG(int, graph_cache, 64,
 ABSL_FLAG(int, worker_poll_us, 2000,
           "after each job the device worker polls its queue this long before it sleeps (0: "
           "sleep at once); requests closer together than this skip a thread wake-up");
+ABSL_FLAG(int, completion_threads, opserve::DeviceWorker::kDefaultCompletionThreads,
+          "threads per lane that wait for its requests' device work and send their replies: 1 "
+          "to 8 (with 2, one replies while the other waits for the next request)");
 ABSL_FLAG(uint64_t, max_message_bytes, 256ull << 20, "largest gRPC message, either direction");
 ABSL_FLAG(uint32_t, chunk_bytes, 1u << 20, "default GetTensor chunk size");
 ABSL_FLAG(int, shutdown_grace_seconds, 30, "how long SIGTERM waits for calls in flight");
@@ -96,6 +99,7 @@ namespace {
 constexpr int kDefaultCudaLanes = 2;
 // Each lane is a thread, a stream and a cuBLAS workspace outside the memory budget.
 constexpr int kMaxLanes = 64;
+constexpr int kMaxCompletionThreads = 8;
 // A graph holds device memory for its scratch (charged to the budget) and host memory for its
 // instance.
 constexpr int kMaxGraphCache = 1024;
@@ -242,6 +246,15 @@ absl::StatusOr<int> LanesFromFlags(const Backend& backend) {
   }
   if (lanes > 0) return lanes;
   return std::min(max_inflight, backend.name() == "cuda" ? kDefaultCudaLanes : 1);
+}
+
+absl::StatusOr<int> CompletionThreadsFromFlags() {
+  const int threads = absl::GetFlag(FLAGS_completion_threads);
+  if (threads < 1 || threads > kMaxCompletionThreads) {
+    return absl::InvalidArgumentError(absl::StrCat("--completion_threads must be 1 to ",
+                                                   kMaxCompletionThreads, ", got ", threads));
+  }
+  return threads;
 }
 
 absl::StatusOr<ServiceOptions> ServiceOptionsFromFlags(uint64_t budget) {
@@ -391,6 +404,11 @@ int Run() {
     return 2;
   }
   const int lanes = *lanes_or;
+  auto completion_threads = CompletionThreadsFromFlags();
+  if (!completion_threads.ok()) {
+    std::cerr << "opserve: " << completion_threads.status() << std::endl;
+    return 2;
+  }
   if (metrics) metrics->InitLanes(lanes);
   std::cerr << "opserve: " << lanes << (lanes == 1 ? " lane" : " lanes") << std::endl;
   Metrics* lane_metrics = metrics.get();
@@ -399,7 +417,8 @@ int Run() {
       std::chrono::microseconds(std::clamp(absl::GetFlag(FLAGS_worker_poll_us), 0, 1000000)),
       [lane_metrics](int lane, int running) {
         if (lane_metrics != nullptr) lane_metrics->SetLaneInflight(lane, running);
-      });
+      },
+      *completion_threads);
   if (!device_or.ok()) {
     std::cerr << "opserve: device worker: " << device_or.status() << std::endl;
     return 2;

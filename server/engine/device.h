@@ -1,7 +1,7 @@
 // One device as the engine uses it: its backend (memory through a budget, copies) and its
-// worker, whose lanes (a stream and cuBLAS handle, a launch and a completion thread, and
-// execution contexts with their scratch and staging) take jobs from one queue. More devices are more of these objects; nothing above the engine
-// holds a worker directly.
+// worker, whose lanes (a stream and cuBLAS handle, a launch thread and completion threads, and
+// execution contexts with their scratch and staging) take jobs from one queue. More devices
+// are more of these objects; nothing above the engine holds a worker directly.
 #pragma once
 
 #include <chrono>
@@ -15,11 +15,13 @@ namespace opserve {
 
 class Device {
  public:
-  // Starts the worker (see DeviceWorker::Start for `lanes`, `max_queue`, `poll`, `observer`).
+  // Starts the worker (see DeviceWorker::Start for `lanes`, `max_queue`, `poll`, `observer`,
+  // `completion_threads`).
   static absl::StatusOr<std::unique_ptr<Device>> Start(
       std::unique_ptr<Backend> backend, int lanes, int max_queue,
       std::chrono::microseconds poll = std::chrono::microseconds(2000),
-      DeviceWorker::LaneObserver observer = nullptr);
+      DeviceWorker::LaneObserver observer = nullptr,
+      int completion_threads = DeviceWorker::kDefaultCompletionThreads);
 
   Backend& backend() { return *backend_; }
   const Backend& backend() const { return *backend_; }

@@ -37,22 +37,28 @@ struct DeviceWorker::Lane {
   int in_flight = 0;
   bool launch_done = false;  // the launch thread queues nothing more
   std::thread launch_thread;
-  std::thread completion_thread;
+  std::vector<std::thread> completion_threads;
 };
 
 absl::StatusOr<std::unique_ptr<DeviceWorker>> DeviceWorker::Start(Backend& backend, int lanes,
                                                                   int max_queue,
                                                                   std::chrono::microseconds poll,
-                                                                  LaneObserver observer) {
+                                                                  LaneObserver observer,
+                                                                  int completion_threads) {
   if (lanes < 1) {
     return absl::InvalidArgumentError(absl::StrCat("lanes must be at least 1, got ", lanes));
+  }
+  if (completion_threads < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("completion threads must be at least 1, got ", completion_threads));
   }
   std::unique_ptr<DeviceWorker> w(new DeviceWorker(backend, max_queue, poll, std::move(observer)));
   std::vector<std::promise<absl::Status>> started(lanes);
   for (int i = 0; i < lanes; ++i) w->lanes_.push_back(std::make_unique<Lane>(i));
   for (int i = 0; i < lanes; ++i) {
     w->lanes_[i]->launch_thread =
-        std::thread(&DeviceWorker::LaunchLoop, w.get(), std::ref(*w->lanes_[i]), &started[i]);
+        std::thread(&DeviceWorker::LaunchLoop, w.get(), std::ref(*w->lanes_[i]),
+                    completion_threads, &started[i]);
     NameThread(w->lanes_[i]->launch_thread, absl::StrCat("lane", i, "-launch"));
   }
   absl::Status status;
@@ -129,7 +135,8 @@ bool DeviceWorker::TakeJob(AsyncJob* job) {
   return true;
 }
 
-void DeviceWorker::LaunchLoop(Lane& lane, std::promise<absl::Status>* started) {
+void DeviceWorker::LaunchLoop(Lane& lane, int completion_threads,
+                              std::promise<absl::Status>* started) {
   // The lane's contexts share the first one's stream: its requests run in arrival order.
   std::vector<std::unique_ptr<ExecEnv>> envs;
   absl::Status status;
@@ -141,8 +148,11 @@ void DeviceWorker::LaunchLoop(Lane& lane, std::promise<absl::Status>* started) {
   started->set_value(status);
   if (!status.ok()) return;
   for (auto& env : envs) lane.free_slots.push_back(env.get());
-  lane.completion_thread = std::thread(&DeviceWorker::CompletionLoop, this, std::ref(lane));
-  NameThread(lane.completion_thread, absl::StrCat("lane", lane.index, "-complete"));
+  for (int t = 0; t < completion_threads; ++t) {
+    std::thread& thread = lane.completion_threads.emplace_back(&DeviceWorker::CompletionLoop, this,
+                                                               std::ref(lane));
+    NameThread(thread, absl::StrCat("lane", lane.index, "-complete", t == 0 ? "" : std::to_string(t)));
+  }
 
   for (;;) {
     {
@@ -174,8 +184,8 @@ void DeviceWorker::LaunchLoop(Lane& lane, std::promise<absl::Status>* started) {
     std::lock_guard<std::mutex> lock(lane.mu);
     lane.launch_done = true;
   }
-  lane.launched.notify_one();
-  lane.completion_thread.join();
+  lane.launched.notify_all();
+  for (std::thread& t : lane.completion_threads) t.join();
   envs.clear();  // on the thread that made them
 }
 

@@ -1,6 +1,8 @@
-// A device's lanes. Each lane is a stream (on CUDA, with its cuBLAS handle) and two threads: a
-// launch thread that takes jobs from the device's one queue and queues their device work, and a
-// completion thread that waits for each job's work to end, finishes it and hands its reply over.
+// A device's lanes. Each lane is a stream (on CUDA, with its cuBLAS handle) and its threads: a
+// launch thread that takes jobs from the device's one queue and queues their device work, and
+// completion threads that each take the next job launched, wait for its work to end, finish it
+// and hand its reply over (to gRPC, which sends it on that thread). With two, one replies
+// while the other already waits for the next job's work.
 // A lane has kSlotsPerLane execution contexts (timing events, scratch, staging) on its stream,
 // so its launch thread queues the next request while the completion thread waits for the last:
 // no thread that launches work ever waits for the device at the end of a request. gRPC threads
@@ -30,6 +32,8 @@ class DeviceWorker {
   // Requests a lane may have queued on its stream at once: one the device runs while the next
   // is launched behind it. More would only lengthen the wait in the stream.
   static constexpr int kSlotsPerLane = 2;
+  // Completion threads per lane by default; see Start.
+  static constexpr int kDefaultCompletionThreads = 2;
 
   // What runs once a job's queue slot is free: the reply to the client. Replying earlier would
   // let the client's next request arrive while this one still counts against --max_inflight.
@@ -50,11 +54,12 @@ class DeviceWorker {
   // cannot. After each job a launch thread polls the queue for `poll` before it sleeps on the
   // condition variable: a request that arrives within that window starts without a futex
   // wake-up, at the cost of a core yielding in a loop while requests keep coming. `max_queue`
-  // bounds the jobs waiting and in flight on all lanes together.
+  // bounds the jobs waiting and in flight on all lanes together. `completion_threads` per lane
+  // finish its jobs, in parallel.
   static absl::StatusOr<std::unique_ptr<DeviceWorker>> Start(
       Backend& backend, int lanes, int max_queue,
       std::chrono::microseconds poll = std::chrono::microseconds(2000),
-      LaneObserver observer = nullptr);
+      LaneObserver observer = nullptr, int completion_threads = kDefaultCompletionThreads);
   ~DeviceWorker();
 
   // Queues a job. RESOURCE_EXHAUSTED when `max_queue` jobs are already waiting or in flight;
@@ -71,7 +76,7 @@ class DeviceWorker {
   DeviceWorker(Backend& backend, int max_queue, std::chrono::microseconds poll,
                LaneObserver observer);
   bool TakeJob(AsyncJob* job);
-  void LaunchLoop(Lane& lane, std::promise<absl::Status>* started);
+  void LaunchLoop(Lane& lane, int completion_threads, std::promise<absl::Status>* started);
   void CompletionLoop(Lane& lane);
 
   Backend& backend_;

@@ -61,7 +61,7 @@ TEST(DeviceWorkerTest, LanesRunJobsConcurrentlyEachOnItsOwnContext) {
         absl::Status s;
         do {  // the queue is bounded: retry what it refuses
           s = (*worker)->Submit([&, value](ExecEnv& env) -> DeviceWorker::Completion {
-            env.BeginRequest();
+            env.BeginRequest(0);
             auto b = env.Allocate(sizeof(value));
             if (!b.ok() || !env.CopyIn(**b, &value, sizeof(value)).ok()) ++wrong;
             (void)env.Finish(0);
@@ -134,11 +134,14 @@ TEST(DeviceWorkerTest, ALaneLaunchesTheNextJobWhileTheLastCompletes) {
   std::unique_ptr<Backend> backend = MakeCpuBackend(0);
   std::mutex mu;
   std::vector<int> most_in_flight;
-  auto worker = DeviceWorker::Start(*backend, /*lanes=*/1, /*max_queue=*/8,
-                                    std::chrono::microseconds(0), [&](int, int running) {
-                                      std::lock_guard<std::mutex> lock(mu);
-                                      most_in_flight.push_back(running);
-                                    });
+  // One completion thread: completions then run in launch order.
+  auto worker = DeviceWorker::Start(
+      *backend, /*lanes=*/1, /*max_queue=*/8, std::chrono::microseconds(0),
+      [&](int, int running) {
+        std::lock_guard<std::mutex> lock(mu);
+        most_in_flight.push_back(running);
+      },
+      /*completion_threads=*/1);
   ASSERT_TRUE(worker.ok()) << worker.status();
   std::latch second_launched(1), release_first(1);
   std::atomic<int> third_launched{0};
@@ -186,6 +189,45 @@ TEST(DeviceWorkerTest, ALaneLaunchesTheNextJobWhileTheLastCompletes) {
   EXPECT_EQ(envs.size(), 2u) << "the two jobs in flight shared a context";
   std::lock_guard<std::mutex> lock(mu);
   EXPECT_NE(std::find(most_in_flight.begin(), most_in_flight.end(), 2), most_in_flight.end());
+}
+
+// With two completion threads, one job's reply does not hold up the next job's completion:
+// here the first reply waits until the second job has replied, which one thread could never do.
+TEST(DeviceWorkerTest, ASecondCompletionThreadFinishesTheNextJobWhileOneReplies) {
+  std::unique_ptr<Backend> backend = MakeCpuBackend(0);
+  auto worker = DeviceWorker::Start(*backend, /*lanes=*/1, /*max_queue=*/8,
+                                    std::chrono::microseconds(0), nullptr,
+                                    /*completion_threads=*/2);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  std::atomic<bool> second_replied{false}, first_saw_second{false};
+  auto job = [&](bool first) {
+    return [&, first](ExecEnv&) -> DeviceWorker::Finisher {
+      return [&, first](ExecEnv&) -> DeviceWorker::Completion {
+        return [&, first] {
+          if (!first) {
+            second_replied = true;
+            return;
+          }
+          const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+          while (!second_replied.load() && std::chrono::steady_clock::now() < give_up) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+          first_saw_second = second_replied.load();
+        };
+      };
+    };
+  };
+  ASSERT_TRUE((*worker)->SubmitAsync(job(true)).ok());
+  ASSERT_TRUE((*worker)->SubmitAsync(job(false)).ok());
+  (*worker)->Shutdown();
+  EXPECT_TRUE(first_saw_second.load()) << "the second job's reply waited for the first's";
+}
+
+TEST(DeviceWorkerTest, ZeroCompletionThreadsIsRefused) {
+  std::unique_ptr<Backend> backend = MakeCpuBackend(0);
+  auto worker = DeviceWorker::Start(*backend, /*lanes=*/1, /*max_queue=*/4,
+                                    std::chrono::microseconds(0), nullptr, /*completion_threads=*/0);
+  EXPECT_EQ(worker.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
