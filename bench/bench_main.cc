@@ -4,7 +4,7 @@
 // segmented reduce, and cuBLAS SGEMM (pedantic FP32), TF32 and BF16. Optionally the service path
 // over loopback gRPC (--ops=...,service). A benchmark, not a test.
 //
-//   opserve-bench [--ops=sum,row_mean,row_sum,transpose,matmul,fusion,service,kserve,cublas_handles] [--quick]
+//   opserve-bench [--ops=sum,row_mean,row_sum,transpose,matmul,fusion,service,load,replay,kserve,cublas_handles] [--quick]
 //                 [--out=DIR]
 //                 [--reps=N] [--algos=a,b,auto] [--shapes=LABEL,...] [--opserve=PATH]
 //
@@ -143,7 +143,7 @@ Options ParseArgs(int argc, char** argv) {
       o.opserve_bin = v;
     } else if (a == "--help" || a == "-h") {
       std::printf(
-          "opserve-bench [--ops=sum,row_mean,row_sum,transpose,matmul,fusion,service,load,kserve,cublas_handles]\n"
+          "opserve-bench [--ops=sum,row_mean,row_sum,transpose,matmul,fusion,service,load,replay,kserve,cublas_handles]\n"
           "              [--service]\n"
           "              [--load_lanes=1,2,4] [--load_conc=1,16,64] [--load_workloads=10x2048,...]\n"
           "              [--load_seconds=S]\n"
@@ -191,6 +191,8 @@ int main(int argc, char** argv) {
       (opt.ops.size() == 1 && opt.ops.count("service") && !opt.transpose_sweep) || load_only;
   // --ops=kserve: the Open Inference Protocol section alone (it needs the GPU).
   const bool kserve_only = opt.ops.size() == 1 && opt.ops.count("kserve");
+  // --ops=replay: the CUDA-graph replay section alone (it needs the GPU).
+  const bool replay_only = opt.ops.size() == 1 && opt.ops.count("replay");
   bool have_gpu = true;
   if (absl::Status s = ProbeCuda(0); !s.ok()) {
     if (!service_only) Die(absl::StrCat("no usable GPU: ", s.message()));
@@ -228,7 +230,7 @@ int main(int argc, char** argv) {
     rep.stream_gbps = r.stream_gbps;
     rep.floor_us = r.floor_us;
   }
-  if (opt.ops.count("service") || kserve_only || load_only) {
+  if (opt.ops.count("service") || kserve_only || load_only || replay_only) {
 #if OPSERVE_BENCH_SERVICE
     ServiceOptions so;
     so.opserve_bin = opt.opserve_bin;
@@ -241,13 +243,13 @@ int main(int argc, char** argv) {
       const std::string beside = SelfDir() + "/opserve";
       so.opserve_bin = access(beside.c_str(), X_OK) == 0 ? beside : OPSERVE_BIN_DEFAULT;
     }
-    if (!kserve_only && !load_only) {
+    if (!kserve_only && !load_only && !replay_only) {
       std::printf("service path over loopback gRPC (%s, chunk %lld bytes; 0: the client default)\n",
                   so.opserve_bin.c_str(), static_cast<long long>(so.chunk_bytes));
       std::fflush(stdout);
       rep.service = RunServiceBench(so);
     }
-    if (!kserve_only) {
+    if (!kserve_only && !replay_only) {
       ConcurrencyOptions co;
       co.opserve_bin = so.opserve_bin;
       co.server_args = so.server_args;
@@ -268,7 +270,7 @@ int main(int argc, char** argv) {
       rep.replay = RunReplayBench(ro);
       PrintReplay(rep.replay);
     }
-    if (have_gpu && !load_only) {
+    if (have_gpu && !load_only && !replay_only) {
       KServeOptions ko;
       ko.opserve_bin = so.opserve_bin;
       ko.server_args = so.server_args;

@@ -1,6 +1,8 @@
 // The service under concurrent load (issue 14's targets): for each lane count, the real `opserve`
 // on loopback, stored row_mean inputs, T threads on one channel each making blocking Execute
 // calls for a fixed time; gRPC's floor measured the same way with Health/Check in the same run.
+// At each concurrency the floor and the workloads take turns in short windows (kRounds of them
+// each), so that a slow spell of the host falls on all of them.
 #pragma once
 
 #include <set>
@@ -15,7 +17,7 @@ struct ConcurrencyOptions {
   std::vector<int> lanes = {1, 2, 4};
   std::vector<int> concurrency = {1, 16, 64};
   std::set<std::string> workloads;  // shapes such as "10x2048"; empty: all three
-  double seconds = 1.5;  // per point
+  double seconds = 1.5;  // per point, over all its windows
 };
 
 // One point: a workload at a concurrency on a server of `lanes` lanes ("health": the floor).
