@@ -11,6 +11,8 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include <cstdio>
 #include <ostream>
 #include <random>
@@ -268,6 +270,54 @@ TEST(GpuDeterminism, Float32SumsAreBitwiseRepeatable) {
       }
     }
     EXPECT_GE(checked, 2) << "the table lists fewer deterministic sums than expected";
+  }
+}
+
+// Inside a CUDA graph an execution context times its nodes with device timestamps and copies
+// small outputs to the host with a kernel (server/engine/cuda_node_timer.h). Captured once and
+// replayed, the copy must land in host memory poisoned before each launch, a node's time must
+// be the device's, and a node with nothing queued between its marks must read exactly 0. In
+// the GPU suite's sanitizer runs too (scripts/gpu-suite.sh).
+TEST(GpuGraphMarks, ReplaysCopyWithAKernelAndTimeWithTimestamps) {
+  if (!ProbeCuda(0).ok()) GTEST_SKIP() << "no usable GPU: " << ProbeCuda(0).message();
+  auto backend = MakeCudaBackend(0, 0, gpu_suite::SuiteCap(), /*graph_cache=*/4);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  auto env = (*backend)->NewExecEnv();
+  ASSERT_TRUE(env.ok()) << env.status();
+  ExecEnv& e = **env;
+  constexpr uint64_t kBytes = 4001;  // 250 16-byte words and one byte more
+  auto src = e.Allocate(kBytes);
+  ASSERT_TRUE(src.ok()) << src.status();
+  for (int rep = 0; rep < 3; ++rep) {
+    SCOPED_TRACE("request " + std::to_string(rep));
+    e.BeginRequest(2);
+    auto staged = e.ReserveStaging(kBytes);
+    ASSERT_TRUE(staged.ok()) << staged.status();
+    ASSERT_NE(*staged, nullptr);
+    std::memset(*staged, 0, kBytes);  // nothing of the context is on the device now
+    const void* bindings[] = {(*src)->data(), *staged};
+    auto replay = e.LaunchAsGraph("marks", bindings, [&]() -> absl::Status {
+      e.MarkStart(0);
+      absl::Status filled = e.Fill(**src, 0x5A, kBytes);
+      e.MarkEnd(0);
+      if (!filled.ok()) return filled;
+      e.MarkStart(1);  // nothing queued for node 1: it shares node 0's closing stamp
+      e.MarkEnd(1);
+      return e.CopyToStaging(**src, *staged, kBytes);
+    });
+    ASSERT_TRUE(replay.ok()) << replay.status();
+    EXPECT_EQ(*replay, rep == 0 ? GraphReplay::kCaptured : GraphReplay::kReplayed);
+    ASSERT_TRUE(e.Launched().ok());
+    auto seconds = e.Finish(2);
+    ASSERT_TRUE(seconds.ok()) << seconds.status();
+    ASSERT_EQ(seconds->size(), 2u);
+    EXPECT_GT((*seconds)[0], 0.0);
+    EXPECT_LT((*seconds)[0], 0.1);
+    EXPECT_EQ((*seconds)[1], 0.0);
+    const auto* bytes = static_cast<const unsigned char*>(*staged);
+    int64_t wrong = 0;
+    for (uint64_t i = 0; i < kBytes; ++i) wrong += bytes[i] != 0x5A;
+    EXPECT_EQ(wrong, 0) << "bytes the copy did not bring to the host";
   }
 }
 
