@@ -1,7 +1,8 @@
 // Small kernels the engine queues around a request's nodes inside a CUDA graph, where they cost
 // the device far less than the nodes they replace: an external event record node leaves a gap
-// of about 3.5 us on the device and a device-to-host copy node about 5 us, measured on an H200
-// (PERFORMANCE.md, "What a graph's timing and copies cost").
+// of about 2.8 us on the device, a timestamp kernel 1.4 us, and a device-to-host copy node
+// starts about 4 us later than a copy kernel (measured on an H200 by bench/diag/graph_marks.cu;
+// PERFORMANCE.md, issue 14's section).
 #pragma once
 
 #include "kernels/common.h"
