@@ -43,6 +43,7 @@ int main() {
   const Variant variants[] = {
       {"3 x 20 us, no marks, no copy", 3, 20000, false, false, 0},
       {"3 x 20 us, events + copy node", 3, 20000, true, false, 1},
+      {"3 x 20 us, events + copy kernel", 3, 20000, true, false, 2},
       {"3 x 20 us, stamps + copy kernel", 3, 20000, false, true, 2},
       {"1 x 5 us, no marks, no copy", 1, 5000, false, false, 0},
       {"1 x 5 us, events + copy node", 1, 5000, true, false, 1},

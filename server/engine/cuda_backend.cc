@@ -526,8 +526,8 @@ class CudaExecEnv final : public ExecEnv {
     if (bytes == 0) return nullptr;
     return Stage(bytes);
   }
-  // A small output is copied by a kernel: in a graph a copy node starts about 4 us later than
-  // the kernel does (bench/diag/graph_marks.cu).
+  // A small output is copied by a kernel: in a graph a copy node ends about 3 us later than the
+  // kernel does (bench/diag/graph_marks.cu).
   absl::Status CopyToStaging(const Buffer& src, void* dst, uint64_t bytes) override {
     auto s = static_cast<cudaStream_t>(stream());
     return backend_->Check(bytes <= kKernelCopyMaxBytes

@@ -15,11 +15,6 @@ double MicrosSince(Clock::time_point t) {
   return std::chrono::duration<double, std::micro>(Clock::now() - t).count();
 }
 
-// Graphs of this many nodes or more run as one CUDA graph where the device keeps a graph cache.
-// One node counts too: besides its kernel it has two timing marks and the copy of its output,
-// and one graph launch queues them all for less host time than those calls take one by one.
-constexpr int kMinGraphNodes = 1;
-
 // A node's output: kept under a name, it must outlive the request; otherwise it is transient.
 absl::StatusOr<BufferPtr> Allocate(ExecEnv& env, const PlanNode& n) {
   return n.store_as.empty() ? env.AllocateTransient(n.output.Bytes()) : env.Allocate(n.output.Bytes());
@@ -146,7 +141,9 @@ absl::Status LaunchPlan(const Plan& plan, ExecEnv& env, Metrics* metrics,
   // allocations are not captured, and the graph's intermediates live until the request ends.
   // When they do not fit the budget together, the graph runs node by node instead, where each
   // intermediate goes back after its last reader.
-  bool as_graph = num_nodes >= kMinGraphNodes && env.LaunchesGraphs();
+  // A single node too: besides its kernel it has timing marks and the copy of its output, and
+  // one graph launch queues them all for less host time than those calls take one by one.
+  bool as_graph = env.LaunchesGraphs();
   for (int i = 0; as_graph && i < num_nodes; ++i) {
     if (plan.nodes[i].fused_into >= 0) continue;  // no output of its own
     if (plan.nodes[i].device_dest) {
@@ -203,7 +200,7 @@ absl::Status LaunchPlan(const Plan& plan, ExecEnv& env, Metrics* metrics,
                                                                 : "direct");
     }
   } else {
-    if (metrics != nullptr && num_nodes >= kMinGraphNodes && env.LaunchesGraphs()) {
+    if (metrics != nullptr && env.LaunchesGraphs()) {
       metrics->RecordGraph("direct");
     }
     // Node by node; an intermediate's buffer goes back after its last reader.
