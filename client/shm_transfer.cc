@@ -27,10 +27,16 @@ class ShmObject {
   static absl::StatusOr<std::unique_ptr<ShmObject>> Create(uint64_t bytes) {
     static std::atomic<int> counter{0};
     auto shm = std::unique_ptr<ShmObject>(new ShmObject);
-    shm->region_ = absl::StrCat("opserve-client-", getpid(), "-", counter.fetch_add(1));
-    shm->key_ = "/" + shm->region_;
     shm->bytes_ = std::max<uint64_t>(bytes, 1);
-    const int fd = shm_open(shm->key_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    // A name this process has not used; a killed client of an earlier process with the same pid
+    // may have left one behind (pids wrap), so a name that exists is skipped, never reused.
+    int fd = -1;
+    for (int attempt = 0; attempt < 16 && fd < 0; ++attempt) {
+      shm->region_ = absl::StrCat("opserve-client-", getpid(), "-", counter.fetch_add(1));
+      shm->key_ = "/" + shm->region_;
+      fd = shm_open(shm->key_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+      if (fd < 0 && errno != EEXIST) break;
+    }
     if (fd < 0) return absl::InternalError(absl::StrCat("shm_open ", shm->key_, ": ", std::strerror(errno)));
     shm->created_ = true;
     if (ftruncate(fd, static_cast<off_t>(shm->bytes_)) != 0) {

@@ -13,6 +13,7 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
+#include "absl/strings/str_cat.h"
 #include "inference/grpc_service.grpc.pb.h"
 #include "server/engine/cpu_backend.h"
 #include "tests/e2e/e2e_fixture.h"
@@ -526,6 +527,28 @@ TEST_F(KServeTest, OpServeV1ReadsAndWritesRegions) {
   EXPECT_TRUE(SameStore(before, Snapshot(client())));
   munmap(map, x.data.size());
   shm_unlink(key.c_str());
+}
+
+// A client killed mid-transfer leaves its shm object behind, and a later process may get its pid:
+// the client library steps over names that exist instead of failing. (Run as its own process by
+// ctest, this process's names start at 0, so the objects below are the ones it would take.)
+TEST_F(KServeTest, ShmTransfersStepOverObjectsALostClientLeft) {
+  std::vector<std::string> stale;
+  for (int i = 0; i < 8; ++i) {
+    const std::string key = absl::StrCat("/opserve-client-", getpid(), "-", i);
+    const int fd = shm_open(key.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd >= 0) {
+      close(fd);
+      stale.push_back(key);
+    }
+  }
+  const client::HostTensor x = RandomFloats({64, 48}, rng_);
+  auto put = client().PutTensorShm("X", x, false);
+  auto back = client().GetTensorShm("X");
+  for (const std::string& key : stale) shm_unlink(key.c_str());
+  ASSERT_TRUE(put.ok()) << put.status();
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->data == x.data);
 }
 
 }  // namespace
