@@ -3,7 +3,8 @@
 // (and PutTensor naming one) against a cudaMemcpy of 1 GiB from cudaHostRegister'ed memory;
 // the same through CUDA shared memory, input and output in the region (infer time minus kernel
 // time, nothing copied), beside a unary Health/Check's p50 (gRPC's floor on this host); through
-// raw_input_contents (128 MiB, inside the default message limit) and the same bytes as an
+// raw_input_contents (128 MiB, inside the default message limit; the generated stub and the
+// opserve client, with the server's malloc retention and without) and the same bytes as an
 // Execute inline tensor; and a small inline request's p50 against opserve.v1 Execute's. Medians
 // over the runs, one client, one server.
 #pragma once
@@ -29,8 +30,11 @@ struct KServeFigures {
   double shm_infer_gbps = 0;       // input bytes / ModelInfer wall time
   double shm_put_gbps = 0;         // tensor bytes / PutTensor wall time, the region named
   double cuda_infer_us = 0, cuda_kernel_us = 0;
-  double raw_gbps = 0;             // raw_input_contents bytes / ModelInfer wall time
-  double raw_kept_gbps = 0;        // the same, the client's malloc keeping freed memory mapped
+  // raw_input_contents bytes / ModelInfer wall time: the generated stub (it copies the bytes into
+  // the message) and the opserve client library (it sends them from the caller's buffer), against
+  // the server as started and against one with --retain_freed_host_memory=false.
+  double raw_gbps = 0, raw_client_gbps = 0;
+  double raw_unretained_gbps = 0, raw_client_unretained_gbps = 0;
   double execute_inline_gbps = 0;  // the same bytes as an opserve.v1 Execute inline tensor
   uint64_t raw_bytes = 0;
   double infer_p50_us = 0, execute_p50_us = 0;  // 10x2048 row_mean, inline

@@ -20,6 +20,7 @@
 #include "client/host_tensor.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/generic/generic_stub.h"
+#include "inference/grpc_service.pb.h"
 #include "opserve/v1/opserve.grpc.pb.h"
 
 namespace opserve::client {
@@ -91,6 +92,14 @@ class Client {
   absl::StatusOr<v1::ExecuteResponse> Execute(const v1::ExecuteRequest& request,
                                               const CallOptions& call = {});
 
+  // The Open Inference Protocol's ModelInfer (inference.GRPCInferenceService), with raw_inputs[i]
+  // sent as the i-th raw_input_contents entry straight from the caller's memory, uncopied
+  // (`request` itself carries none). Returns once gRPC holds no reference to those bytes, so the
+  // caller may free them then, whatever the outcome. client/model_infer.cc says why.
+  absl::StatusOr<inference::ModelInferResponse> ModelInfer(
+      const inference::ModelInferRequest& request, absl::Span<const absl::string_view> raw_inputs,
+      const CallOptions& call = {});
+
   const ClientOptions& options() const { return options_; }
 
  private:
@@ -100,7 +109,7 @@ class Client {
   ClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::OpServe::Stub> stub_;
-  // PutTensor, GetTensor and Health go through the generic stub: raw buffers let chunks be built
+  // PutTensor, GetTensor, Health and ModelInfer go through the generic stub: raw buffers let chunks be built
   // from, and received into, the caller's memory with a single copy.
   grpc::GenericStub generic_;
 };
