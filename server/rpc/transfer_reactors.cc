@@ -217,10 +217,13 @@ class GetReactor final : public grpc::ServerWriteReactor<v1::GetTensorResponse> 
                               absl::StrCat("tensor ", Quote(req->name()), ": ", r.status().message())));
         return;
       }
-      svc_->transfers().Post([this, region = *std::move(r), bytes = total_] {
+      svc_->transfers().Post([this, region = *std::move(r), bytes = total_]() mutable {
         absl::Status s = bytes == 0 ? absl::OkStatus()
                                     : svc_->backend().CopyOut(*tensor_->buffer, 0,
                                                               region.mutable_data(), bytes);
+        // The region is free before the client can hear back: a client that unregisters it
+        // right after the call (tritonclient's order) must not find it still in use.
+        region = RegionRange();
         if (!s.ok()) {
           Locked([&] {
             finished_ = true;

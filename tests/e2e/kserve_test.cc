@@ -529,6 +529,24 @@ TEST_F(KServeTest, OpServeV1ReadsAndWritesRegions) {
   shm_unlink(key.c_str());
 }
 
+// A client unregisters its region as soon as its call is answered (tritonclient's order, and the
+// client library's PutTensorShm / GetTensorShm): the server must have let go of the region by
+// then, or the unregister finds it "in use by a request in flight". Many round trips, because
+// the window is the few microseconds between the answer and the copy's clean-up. (With that
+// window widened by a 2 ms sleep, the server that released GetTensor's region after writing its
+// answer failed this at round 0.)
+TEST_F(KServeTest, RegionsAreFreeOnceTheirCallIsAnswered) {
+  const client::HostTensor x = RandomFloats({64, 64}, rng_);
+  ASSERT_TRUE(client().PutTensor("X", x, false).ok());
+  for (int i = 0; i < 300; ++i) {
+    auto back = client().GetTensorShm("X");
+    ASSERT_TRUE(back.ok()) << "round " << i << ": " << back.status();
+    ASSERT_TRUE(back->data == x.data) << "round " << i;
+    auto put = client().PutTensorShm("Y", x, true);
+    ASSERT_TRUE(put.ok()) << "round " << i << ": " << put.status();
+  }
+}
+
 // A client killed mid-transfer leaves its shm object behind, and a later process may get its pid:
 // the client library steps over names that exist instead of failing. (Run as its own process by
 // ctest, this process's names start at 0, so the objects below are the ones it would take.)
