@@ -24,6 +24,7 @@
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/sanitized.h"
 #include "common/status_macros.h"
 #include "server/engine/cpu_backend.h"
 #include "server/ops/op.h"
@@ -80,17 +81,6 @@ ABSL_FLAG(std::string, max_compute_capability, "",
 ABSL_FLAG(std::string, test_fail_algorithm, "",
           "test builds only: every node running OP/ALGORITHM fails as a faulty kernel would\n"
           "(on CUDA with an illegal address: a sticky error, health turns NOT_SERVING)");
-#endif
-
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define OPSERVE_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define OPSERVE_SANITIZED 1
-#endif
-#endif
-#ifndef OPSERVE_SANITIZED
-#define OPSERVE_SANITIZED 0
 #endif
 
 namespace opserve {

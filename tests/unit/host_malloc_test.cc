@@ -12,22 +12,13 @@
 #include <thread>
 #include <vector>
 
+#include "common/sanitized.h"
 #include "gtest/gtest.h"
 
 namespace opserve {
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
+constexpr bool kSanitized = OPSERVE_SANITIZED;
 
 long MinorFaults() {
   rusage u{};
