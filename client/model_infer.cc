@@ -8,9 +8,8 @@
 // The caller may free its bytes when the call returns, so the call must not return while gRPC
 // still refers to them. Debian's gRPC 1.51 releases every slice of a message before the call
 // completes, even when the server refuses it half-read (counted by hand against a server past its
-// message limit); nothing in its API
-// promises that, so each borrowed slice carries a release callback and the call also waits for
-// those.
+// message limit). Nothing in its API promises that, so each borrowed slice carries a release
+// callback, and the call also waits for those.
 #include <condition_variable>
 #include <mutex>
 
@@ -34,7 +33,6 @@ constexpr uint32_t kRawInputTag =
 // The slices of one call that borrow the caller's memory, and the wait for gRPC to give them back.
 class Loans {
  public:
-  ~Loans() { WaitForAll(); }
   grpc::Slice Lend(absl::string_view bytes) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -70,7 +68,7 @@ absl::StatusOr<inference::ModelInferResponse> Client::ModelInfer(
   }
   grpc::Status status;
   grpc::ByteBuffer reply;
-  Loans loans;  // destroyed last: waits for gRPC to release the caller's bytes
+  Loans loans;
   {
     std::vector<grpc::Slice> slices;
     slices.reserve(1 + 2 * raw_inputs.size());
@@ -102,7 +100,7 @@ absl::StatusOr<inference::ModelInferResponse> Client::ModelInfer(
     while (cq.Next(&tag, &ok)) {
     }
   }
-  loans.WaitForAll();
+  loans.WaitForAll();  // before the caller can hear back, whatever the outcome
   if (!status.ok()) return ToAbslStatus(status);
   inference::ModelInferResponse response;
   grpc::Status parsed =
