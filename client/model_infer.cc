@@ -64,7 +64,8 @@ absl::StatusOr<inference::ModelInferResponse> Client::ModelInfer(
   if (request.raw_input_contents_size() > 0 && !raw_inputs.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ModelInfer: the request carries ", request.raw_input_contents_size(),
-        " raw_input_contents entries and ", raw_inputs.size(), " more were given; send one or the other"));
+        " raw_input_contents entries and ", raw_inputs.size(),
+        " more were given; send one or the other"));
   }
   grpc::Status status;
   grpc::ByteBuffer reply;

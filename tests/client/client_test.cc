@@ -48,6 +48,29 @@ HostTensor Floats(std::vector<int64_t> shape, const std::vector<float>& values) 
   return tensor;
 }
 
+// Finite float32 bytes of `shape`: Pattern's bytes with every float's top byte set so that its
+// exponent is small.
+std::string FiniteFloats(std::vector<int64_t> shape) {
+  std::string bytes = Pattern(v1::FLOAT32, std::move(shape)).data;
+  for (size_t k = 0; k + 4 <= bytes.size(); k += 4) bytes[k + 3] = static_cast<char>(0x3f);
+  return bytes;
+}
+
+// A ModelInfer request for `model` with FP32 inputs of the given names and 2-D shapes, no bytes.
+using InputShapes = std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>>;
+inference::ModelInferRequest InferRequest(const std::string& model, const InputShapes& inputs) {
+  inference::ModelInferRequest request;
+  request.set_model_name(model);
+  for (const auto& [name, shape] : inputs) {
+    auto* in = request.add_inputs();
+    in->set_name(name);
+    in->set_datatype("FP32");
+    in->add_shape(shape.first);
+    in->add_shape(shape.second);
+  }
+  return request;
+}
+
 // A real server per test, on the CPU backend, 127.0.0.1 and a free port.
 class ClientTest : public ::testing::Test {
  protected:
@@ -264,27 +287,11 @@ TEST_F(ClientTest, ExecuteAndListOps) {
 TEST_F(ClientTest, ModelInferSendsRawInputsAsTheGeneratedStubWould) {
   auto stub = inference::GRPCInferenceService::NewStub(
       grpc::CreateChannel(server_->target(), grpc::InsecureChannelCredentials()));
-  auto add_input = [](inference::ModelInferRequest& r, const char* name, int64_t rows, int64_t cols) {
-    auto* in = r.add_inputs();
-    in->set_name(name);
-    in->set_datatype("FP32");
-    in->add_shape(rows);
-    in->add_shape(cols);
-  };
   // row_mean of 700x1500 (4.2 MB, several HTTP/2 frames and read slices), matmul of 40x30 by 30x20.
-  std::vector<std::string> x = {Pattern(v1::FLOAT32, {700, 1500}).data};
-  std::vector<std::string> ab = {Pattern(v1::FLOAT32, {40, 30}).data, Pattern(v1::FLOAT32, {30, 20}).data};
-  for (int i = 0; i < 2; ++i) {
-    for (std::string& bytes : i == 0 ? x : ab) {  // finite floats: a pattern of small exponents
-      for (size_t k = 0; k + 4 <= bytes.size(); k += 4) bytes[k + 3] = static_cast<char>(0x3f);
-    }
-  }
-  inference::ModelInferRequest mean, mm;
-  mean.set_model_name("row_mean");
-  add_input(mean, "x", 700, 1500);
-  mm.set_model_name("matmul");
-  add_input(mm, "a", 40, 30);
-  add_input(mm, "b", 30, 20);
+  std::vector<std::string> x = {FiniteFloats({700, 1500})};
+  std::vector<std::string> ab = {FiniteFloats({40, 30}), FiniteFloats({30, 20})};
+  inference::ModelInferRequest mean = InferRequest("row_mean", {{"x", {700, 1500}}});
+  inference::ModelInferRequest mm = InferRequest("matmul", {{"a", {40, 30}}, {"b", {30, 20}}});
   for (auto [request, raw] : {std::pair{&mean, &x}, std::pair{&mm, &ab}}) {
     std::vector<absl::string_view> views(raw->begin(), raw->end());
     absl::StatusOr<inference::ModelInferResponse> ours = client_->ModelInfer(*request, views);
@@ -297,24 +304,19 @@ TEST_F(ClientTest, ModelInferSendsRawInputsAsTheGeneratedStubWould) {
     ASSERT_TRUE(s.ok()) << s.error_message();
     ASSERT_EQ(ours->raw_output_contents_size(), 1) << request->model_name();
     EXPECT_FALSE(ours->raw_output_contents(0).empty());
-    EXPECT_TRUE(ours->raw_output_contents(0) == theirs.raw_output_contents(0)) << request->model_name();
+    EXPECT_TRUE(ours->raw_output_contents(0) == theirs.raw_output_contents(0))
+        << request->model_name();
     EXPECT_EQ(ours->outputs(0).shape(0), theirs.outputs(0).shape(0));
   }
 }
 
 // --retain_freed_host_memory changes only where the receive buffers come from: a 32 MiB input,
-// sent three times (the second and third reuse what the first left), gives the same bits either way.
+// sent three times (the second and third reuse what the first left), gives the same bits either
+// way.
 TEST_F(ClientTest, LargeInputsGiveTheSameResultWithEitherMallocSetting) {
-  std::string bytes = Pattern(v1::FLOAT32, {2048, 4096}).data;
-  for (size_t k = 0; k + 4 <= bytes.size(); k += 4) bytes[k + 3] = static_cast<char>(0x3f);
+  const std::string bytes = FiniteFloats({2048, 4096});
   const absl::string_view view(bytes);
-  inference::ModelInferRequest request;
-  request.set_model_name("row_mean");
-  auto* in = request.add_inputs();
-  in->set_name("x");
-  in->set_datatype("FP32");
-  in->add_shape(2048);
-  in->add_shape(4096);
+  const inference::ModelInferRequest request = InferRequest("row_mean", {{"x", {2048, 4096}}});
   std::vector<std::string> results;
   for (const char* flag : {"--retain_freed_host_memory=true", "--retain_freed_host_memory=false"}) {
     SCOPED_TRACE(flag);
@@ -337,13 +339,7 @@ TEST_F(ClientTest, LargeInputsGiveTheSameResultWithEitherMallocSetting) {
 // queued frames before the call completes; ModelInfer's own wait is for versions that do not.)
 TEST_F(ClientTest, ModelInferReturnsOnlyOnceTheServerIsDoneWithTheBytes) {
   Start({"--max_message_bytes=1048576"});
-  inference::ModelInferRequest request;
-  request.set_model_name("row_mean");
-  auto* in = request.add_inputs();
-  in->set_name("x");
-  in->set_datatype("FP32");
-  in->add_shape(1024);
-  in->add_shape(4096);
+  inference::ModelInferRequest request = InferRequest("row_mean", {{"x", {1024, 4096}}});
   for (int round = 0; round < 3; ++round) {
     auto bytes = std::make_unique<char[]>(16 << 20);
     std::memset(bytes.get(), 0x3f, 16 << 20);
