@@ -30,6 +30,7 @@ struct KServeFigures {
   double shm_infer_gbps = 0;       // input bytes / ModelInfer wall time
   double shm_put_gbps = 0;         // tensor bytes / PutTensor wall time, the region named
   double cuda_infer_us = 0, cuda_kernel_us = 0;
+  double cuda_server_over_kernel_us = 0;  // median of the server's total_us - kernel_us per call
   // raw_input_contents bytes / ModelInfer wall time: the generated stub (it copies the bytes into
   // the message) and the opserve client library (it sends them from the caller's buffer), against
   // the server as started and against one with --retain_freed_host_memory=false.

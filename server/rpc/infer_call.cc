@@ -95,6 +95,7 @@ class InferCall final : public GraphCall {
   absl::StatusOr<Graph> MakeGraph(const std::string& tenant) override;
   absl::Status Respond(ExecuteResult result, double queue_us) override;
   void ClearResponse() override { resp_->Clear(); }
+  void SetTotalUs(double us) override { SetDouble(resp_->mutable_parameters(), "total_us", us); }
   void ReleaseInputs() override {
     holds_.clear();
     parsed_.ReleaseLifted();

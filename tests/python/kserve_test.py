@@ -104,10 +104,11 @@ class Base(unittest.TestCase):
 
     def check_params(self, response, algorithm=None):
         params = response.parameters
-        for key in ("kernel_us", "gbps", "compute_us", "queue_us"):
+        for key in ("kernel_us", "gbps", "compute_us", "queue_us", "total_us"):
             self.assertIn(key, params, f"response parameters lack {key}: {dict(params)}")
             self.assertEqual(params[key].WhichOneof("parameter_choice"), "double_param", key)
             self.assertTrue(np.isfinite(params[key].double_param) and params[key].double_param >= 0, key)
+        self.assertGreaterEqual(params["total_us"].double_param, params["compute_us"].double_param)
         self.assertIn("algorithm", params)
         got = params["algorithm"].string_param
         self.assertTrue(got and got != "auto", f"algorithm '{got}'")
