@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU suite, on a machine with an NVIDIA GPU: every op x algorithm x dtype against the CPU
 # reference (gpu_test), then the end-to-end service tests against the CUDA backend (e2e_test
-# with OPSERVE_TEST_DEVICE=cuda), then compute-sanitizer memcheck and racecheck over a kernel
-# subset when asked (--sanitize). Ends with one line: "N passed, N failed, N skipped".
+# with OPSERVE_TEST_DEVICE=cuda, and tests/python/kserve_test.py), then compute-sanitizer
+# memcheck and racecheck over a kernel subset when asked (--sanitize). Ends with one line:
+# "N passed, N failed, N skipped".
 #
 # Capped mode, the GPU suite of an older GPU on this one (issue 16): every server it starts gets
 # --max_compute_capability, and the in-process kernel tests create their backend with the same
@@ -86,6 +87,23 @@ PY
 }
 run gpu_test "$(find_bin gpu_test)"
 run e2e_cuda "$(find_bin e2e_test)"
+# The Open Inference Protocol's Python client test (tests/python/kserve_test.py, written from the
+# specification) against the CUDA backend. It needs python3 with grpc and numpy; it generates its
+# stubs with protoc and grpc_python_plugin, which a bundle carries in bin/. Without them it counts
+# as one skipped test, never as passed.
+py_root=$here/python
+[[ -d "$py_root" ]] || py_root=$(cd "$here/.." && pwd)  # scripts/ of a checkout
+if python3 -c "import grpc, numpy" 2>/dev/null && PATH="$bin:$PATH" command -v protoc grpc_python_plugin >/dev/null; then
+  echo "== python_kserve"
+  PATH="$bin:$PATH" OPSERVE_TEST_DEVICE=cuda python3 "$py_root/tests/python/kserve_test.py" \
+    --opserve "$OPSERVE_BIN" --proto-root "$py_root/proto" --work-dir "$out/python_kserve" \
+    --junit-xml "$out/python_kserve.xml" > "$out/python_kserve.log" 2>&1 || status=1
+  grep -E '^(Ran |OK|FAILED)' "$out/python_kserve.log"
+  grep -E '^(FAIL|ERROR):' "$out/python_kserve.log" | head -20
+else
+  echo "gpu-suite: python_kserve skipped: python3 with grpc and numpy, protoc or grpc_python_plugin missing"
+  echo '<testsuites><testsuite name="python_kserve"><testcase classname="python_kserve" name="all"><skipped message="python3 with grpc and numpy, protoc or grpc_python_plugin missing"/></testcase></testsuite></testsuites>' > "$out/python_kserve.xml"
+fi
 # Printed before the sanitizers too, which can take minutes: a run cut short keeps the count.
 summary
 

@@ -38,12 +38,12 @@ def work_dir(name):
 class Server:
     """opserve on a free loopback port; `target` is its address. Stop it with stop()."""
 
-    def __init__(self, directory, extra_args=(), tls_root=None, binary=None, name="opserve"):
+    def __init__(self, directory, extra_args=(), tls_root=None, binary=None, name="opserve", device="cpu"):
         binary = binary or os.environ.get("OPSERVE_BINARY")
         if not binary:
             raise RuntimeError("OPSERVE_BINARY is not set (ctest sets it to the server binary)")
         self.log_path = os.path.join(directory, f"{name}.log")
-        self.process, port = start_opserve(binary, "cpu", self.log_path, extra_args)
+        self.process, port = start_opserve(binary, device, self.log_path, extra_args)
         self.target = f"127.0.0.1:{port}"
         if tls_root is None:
             channel = grpc.insecure_channel(self.target)

@@ -9,6 +9,8 @@ import os
 import shutil
 import subprocess
 import sys
+import unittest
+import xml.etree.ElementTree as ET
 
 import grpc
 import numpy as np
@@ -50,6 +52,38 @@ def _tool(name):
     return path
 
 
+class RecordingResult(unittest.TextTestResult):
+    """unittest's text result that also keeps the tests that passed, for write_junit_xml."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.passed = []
+
+    def addSuccess(self, test):
+        super().addSuccess(test)
+        self.passed.append(test)
+
+
+def write_junit_xml(result, suite, path):
+    """One <testcase> per test, as gtest's XML has them: a <failure> for a failure or error (of the
+    test or any of its subtests), <skipped> for a skip; nothing for a pass."""
+    cases = {}
+    for test in result.passed:
+        cases.setdefault(test.id(), None)
+    for test, reason in result.skipped:
+        cases[test.id()] = ("skipped", reason)
+    for test, trace in result.failures + result.errors:
+        cases[getattr(test, "test_case", test).id()] = ("failure", trace)  # a subtest: its test
+    root = ET.Element("testsuites")
+    node = ET.SubElement(root, "testsuite", name=suite, tests=str(len(cases)))
+    for test_id, outcome in sorted(cases.items()):
+        classname, _, name = test_id.rpartition(".")
+        case = ET.SubElement(node, "testcase", classname=classname, name=name)
+        if outcome is not None:
+            ET.SubElement(case, outcome[0], message=outcome[1].splitlines()[-1] if outcome[1] else "").text = outcome[1]
+    ET.ElementTree(root).write(path, encoding="unicode")
+
+
 def generate_stubs(proto_root, out_dir):
     """(kserve pb2, kserve grpc, opserve pb2, opserve grpc, reflection pb2, reflection grpc),
     generated with protoc and grpc_python_plugin into out_dir."""
@@ -74,11 +108,19 @@ def generate_stubs(proto_root, out_dir):
     return K, KG, O, OG, R, RG
 
 
+def device():
+    """The backend the servers run on: $OPSERVE_TEST_DEVICE (the GPU suite sets cuda), else cpu."""
+    return os.environ.get("OPSERVE_TEST_DEVICE", "cpu")
+
+
 def Server(binary, directory, name, extra_args=()):
-    """opserve --device=cpu on a free loopback port (client_support's launcher), its log in
-    directory/name.log; `target` is its address, stop() drains it."""
+    """opserve --device=device() on a free loopback port (client_support's launcher), its log in
+    directory/name.log; `target` is its address, stop() drains it. The GPU suite's capped mode
+    sets $OPSERVE_TEST_MAX_COMPUTE_CAPABILITY, passed on as --max_compute_capability."""
     os.makedirs(directory, exist_ok=True)
-    return client_support.Server(directory, extra_args, binary=binary, name=name)
+    cap = os.environ.get("OPSERVE_TEST_MAX_COMPUTE_CAPABILITY")
+    args = (*extra_args, f"--max_compute_capability={cap}") if cap else tuple(extra_args)
+    return client_support.Server(directory, args, binary=binary, name=name, device=device())
 
 
 # ---- messages and a client ----
@@ -266,11 +308,12 @@ def abs_reference(op, datatype, inputs):
     return reference(op, "FP32", [np.abs(as_float64(datatype, a)) for a in inputs])[1]
 
 
-def check_close(testcase, what, datatype_in, out_datatype, got, want, length, absref):
+def check_close(testcase, what, datatype_in, out_datatype, got, want, length, absref, input_rounding=0.0):
     """Integers and transposes exact. Floats element by element: |got - want| <= rtol * absref
     (the reference on absolute values; want itself where the inputs are not negative), rtol =
     max(1e-5, 8 sqrt(length) u) for float32 accumulation over `length` terms, plus 1e-2 |want|
-    for BF16 inputs. NaN or Inf never passes where the reference is finite."""
+    for BF16 inputs, plus 2 input_rounding absref where the kernel rounds both factors of each
+    product (TF32 tensor cores). NaN or Inf never passes where the reference is finite."""
     testcase.assertEqual(tuple(got.shape), tuple(want.shape), f"{what}: shape")
     if out_datatype in ("INT32", "INT64", "BF16") or want.dtype != np.float64:
         testcase.assertTrue(np.array_equal(got, want), f"{what}: not exact:\n got {got}\nwant {want}")
@@ -278,7 +321,7 @@ def check_close(testcase, what, datatype_in, out_datatype, got, want, length, ab
     got64 = got.astype(np.float64)
     finite = np.isfinite(want)
     testcase.assertTrue(np.all(np.isfinite(got64[finite])), f"{what}: non-finite output {got}")
-    rtol = max(1e-5, 8 * np.sqrt(length) * FP32_U)
+    rtol = max(1e-5, 8 * np.sqrt(length) * FP32_U) + 2 * input_rounding
     bound = rtol * (np.abs(want) if absref is None else absref) + (1e-2 * np.abs(want) if datatype_in == "BF16" else 0)
     excess = np.abs(got64 - want) - bound - 1e-30
     worst = np.unravel_index(np.argmax(excess), excess.shape) if excess.size else ()
