@@ -221,21 +221,28 @@ std::string Run(const KServeOptions& opt, KServeFigures* f) {
     if (grpc::Status s = stub->CudaSharedMemoryRegister(&ctx, reg, &r); !s.ok()) {
       return absl::StrCat("CUDA register: ", s.error_message());
     }
-    ModelInferRequest creq = RowMean(opt.rows, opt.cols);
-    InRegion(creq, "bench_cuda", bytes);
-    auto& out = *creq.add_outputs();
-    out.set_name("y");
-    auto& op = *out.mutable_parameters();
-    op["shared_memory_region"].set_string_param("bench_cuda");
-    op["shared_memory_offset"].set_uint64_param(bytes);
-    op["shared_memory_byte_size"].set_uint64_param(out_bytes);
-    std::vector<double> wall, kernel, server;
-    if (std::string err = TimeInfer(*stub, creq, opt.reps, &wall, &kernel, &server); !err.empty()) {
-      return err;
+    // row_mean of the first `rows` rows, the output after the whole input; 1 GiB last.
+    for (int64_t rows : {opt.rows / 1024, opt.rows / 64, opt.rows / 8, opt.rows}) {
+      if (rows < 1) continue;
+      const uint64_t in_bytes = static_cast<uint64_t>(rows * opt.cols) * 4;
+      ModelInferRequest creq = RowMean(rows, opt.cols);
+      InRegion(creq, "bench_cuda", in_bytes);
+      auto& out = *creq.add_outputs();
+      out.set_name("y");
+      auto& op = *out.mutable_parameters();
+      op["shared_memory_region"].set_string_param("bench_cuda");
+      op["shared_memory_offset"].set_uint64_param(bytes);
+      op["shared_memory_byte_size"].set_uint64_param(static_cast<uint64_t>(rows) * 4);
+      std::vector<double> wall, kernel, server;
+      if (std::string err = TimeInfer(*stub, creq, std::max(opt.reps, 21), &wall, &kernel, &server);
+          !err.empty()) {
+        return err;
+      }
+      f->cuda_sizes.push_back({in_bytes / 1048576.0, Median(wall), Median(kernel), Median(server)});
     }
-    f->cuda_infer_us = Median(wall);
-    f->cuda_kernel_us = Median(kernel);
-    f->cuda_server_over_kernel_us = Median(server);
+    f->cuda_infer_us = f->cuda_sizes.back().wall_us;
+    f->cuda_kernel_us = f->cuda_sizes.back().kernel_us;
+    f->cuda_server_over_kernel_us = f->cuda_sizes.back().server_over_kernel_us;
     grpc::ClientContext uctx;
     inference::CudaSharedMemoryUnregisterRequest un;
     un.set_name("bench_cuda");
@@ -336,6 +343,12 @@ void PrintKServe(const KServeFigures& f) {
   std::printf("  ModelInfer 1 GiB, CUDA shared memory in and out  %8.1f us (kernel %.1f us; "
               "server's receipt to response less the kernel %.1f us)\n",
               f.cuda_infer_us, f.cuda_kernel_us, f.cuda_server_over_kernel_us);
+  std::printf("    by size (MiB: client wall, kernel, server over the kernel, client over the server; us):");
+  for (const auto& p : f.cuda_sizes) {
+    std::printf(" %.0f: %.1f, %.1f, %.1f, %.1f;", p.mib, p.wall_us, p.kernel_us, p.server_over_kernel_us,
+                p.wall_us - p.kernel_us - p.server_over_kernel_us);
+  }
+  std::printf("\n");
   std::printf("  ModelInfer %llu MiB, raw_input_contents, opserve client  %8.2f GB/s (generated stub: %.2f)\n",
               static_cast<unsigned long long>(f.raw_bytes >> 20), f.raw_client_gbps, f.raw_gbps);
   std::printf("    the same, server with --retain_freed_host_memory=false     %8.2f GB/s (generated stub: %.2f)\n",

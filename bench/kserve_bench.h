@@ -31,6 +31,12 @@ struct KServeFigures {
   double shm_put_gbps = 0;         // tensor bytes / PutTensor wall time, the region named
   double cuda_infer_us = 0, cuda_kernel_us = 0;
   double cuda_server_over_kernel_us = 0;  // median of the server's total_us - kernel_us per call
+  // The same CUDA shm request at smaller sizes, to tell where the client's time over the
+  // kernel goes: {MiB, client wall us, kernel us, server's time over the kernel us}, medians.
+  struct CudaPoint {
+    double mib = 0, wall_us = 0, kernel_us = 0, server_over_kernel_us = 0;
+  };
+  std::vector<CudaPoint> cuda_sizes;
   // raw_input_contents bytes / ModelInfer wall time: the generated stub (it copies the bytes into
   // the message) and the opserve client library (it sends them from the caller's buffer), against
   // the server as started and against one with --retain_freed_host_memory=false.
