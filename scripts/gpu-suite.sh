@@ -93,9 +93,9 @@ run e2e_cuda "$(find_bin e2e_test)"
 # as one skipped test, never as passed.
 py_root=$here/python
 [[ -d "$py_root" ]] || py_root=$(cd "$here/.." && pwd)  # scripts/ of a checkout
-if python3 -c "import grpc, numpy" 2>/dev/null && PATH="$bin:$PATH" command -v protoc grpc_python_plugin >/dev/null; then
+if python3 -c "import grpc, numpy" 2>/dev/null && PATH="$here/bin:$PATH" command -v protoc grpc_python_plugin >/dev/null; then
   echo "== python_kserve"
-  PATH="$bin:$PATH" OPSERVE_TEST_DEVICE=cuda python3 "$py_root/tests/python/kserve_test.py" \
+  PATH="$here/bin:$PATH" OPSERVE_TEST_DEVICE=cuda python3 "$py_root/tests/python/kserve_test.py" \
     --opserve "$OPSERVE_BIN" --proto-root "$py_root/proto" --work-dir "$out/python_kserve" \
     --junit-xml "$out/python_kserve.xml" > "$out/python_kserve.log" 2>&1 || status=1
   grep -E '^(Ran |OK|FAILED)' "$out/python_kserve.log"
