@@ -30,10 +30,19 @@ log = logger("cli_e2e")
 class Cli:
     def __init__(self, binary, target, cwd):
         self.binary, self.target, self.cwd = binary, target, cwd
+        self.last_pid = None  # of the last run: the client library names its shm objects by it
 
     def __call__(self, *args, code=0, target=True):
         argv = [self.binary] + ([f"--target={self.target}"] if target else []) + list(args)
-        done = subprocess.run(argv, cwd=self.cwd, capture_output=True, text=True, timeout=60)
+        with subprocess.Popen(argv, cwd=self.cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) as process:
+            self.last_pid = process.pid
+            try:
+                stdout, stderr = process.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                raise
+        done = subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
         shown = " ".join(args)
         check(done.returncode == code,
               f"`opserve-cli {shown}` exited {done.returncode}, expected {code}\n"
@@ -102,12 +111,16 @@ def exercise(cli, work, demo):
 
     # The same bytes through a shared-memory object instead of the socket (same host).
     out, _ = cli("put", "A_shm", "a.npy", "--shm")
+    pids = [cli.last_pid]
     check("put A_shm: float32[64, 48]" in out, f"put --shm printed {out!r}")
     out, _ = cli("get", "A_shm", "a_shm.npy", "--shm")
+    pids.append(cli.last_pid)
     check("got A_shm: float32[64, 48]" in out, f"get --shm printed {out!r}")
     with open(os.path.join(work, "a.npy"), "rb") as f, open(os.path.join(work, "a_shm.npy"), "rb") as g:
         check(f.read() == g.read(), "a.npy put and got back through --shm differs")
-    check(not [n for n in os.listdir("/dev/shm") if n.startswith("opserve-client-")],
+    # Only these two processes' objects: other tests' clients may hold theirs right now.
+    ours = tuple(f"opserve-client-{pid}-" for pid in pids)
+    check(not [n for n in os.listdir("/dev/shm") if n.startswith(ours)],
           "--shm left its shared-memory object behind")
     log("put/get --shm: the same bytes back, no object left")
 
