@@ -109,8 +109,8 @@ class Client {
   ClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::OpServe::Stub> stub_;
-  // PutTensor, GetTensor, Health and ModelInfer go through the generic stub: raw buffers let chunks be built
-  // from, and received into, the caller's memory with a single copy.
+  // PutTensor, GetTensor, Health and ModelInfer go through the generic stub: raw buffers let
+  // chunks be built from, and received into, the caller's memory with a single copy.
   grpc::GenericStub generic_;
 };
 

@@ -11,9 +11,8 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
-#include <cstring>
-
 #include <cstdio>
+#include <cstring>
 #include <ostream>
 #include <random>
 #include <string>

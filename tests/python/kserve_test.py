@@ -5,8 +5,8 @@ README.md's "Open Inference Protocol (KServe v2)" section. Against real servers 
 backend in `make test`, on the CUDA backend in the GPU suite (OPSERVE_TEST_DEVICE=cuda): every
 RPC, every op model and datatype against numpy, a saved graph, stored-tensor inputs and outputs,
 system shared memory with a 256 MiB region, the README's hostile cases (code, culprit named,
-nothing changed) and tenancy. Stubs are generated at test time with protoc
-and grpc_python_plugin (Debian's python3-grpcio has no grpc_tools).
+nothing changed) and tenancy. Stubs are generated at test time with protoc and
+grpc_python_plugin (Debian's python3-grpcio has no grpc_tools).
 
   kserve_test.py --opserve BINARY --proto-root proto --work-dir DIR [--junit-xml FILE] [unittest args]
 """
