@@ -24,6 +24,7 @@
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/mutex_checks.h"
 #include "common/sanitized.h"
 #include "common/status_macros.h"
 #include "server/engine/cpu_backend.h"
@@ -488,6 +489,7 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &termination, nullptr);
   opserve::SetUpUsage();
   absl::ParseCommandLine(argc, argv);  // --help and the other usage flags print and exit 1 here
+  opserve::SkipMutexDeadlockChecks();
 #if !OPSERVE_SANITIZED
   // Before the server allocates much (sanitizer builds bring allocators of their own).
   if (absl::Status s = opserve::RetainFreedHostMemory(

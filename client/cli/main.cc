@@ -23,6 +23,7 @@
 #include "client/graph_json.h"
 #include "client/npy.h"
 #include "client/opserve_client.h"
+#include "common/mutex_checks.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace opserve::cli {
@@ -417,4 +418,7 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace opserve::cli
 
-int main(int argc, char** argv) { return opserve::cli::Main(argc, argv); }
+int main(int argc, char** argv) {
+  opserve::SkipMutexDeadlockChecks();  // as the server does; `bench` runs many client threads
+  return opserve::cli::Main(argc, argv);
+}

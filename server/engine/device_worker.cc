@@ -10,6 +10,24 @@
 namespace opserve {
 namespace {
 
+// One step of a poll loop. A pause instruction rather than sched_yield: on a sandboxed host
+// (gVisor, as the lent GPU machines are) every yield is a system call served by the sandbox's
+// own kernel, which the network stack's work also needs. Every 64th step still yields, so that
+// a poller on a machine with fewer cores than busy threads lets the ones with work run.
+void PollStep(unsigned& step) {
+  if (++step % 64 == 0) {
+    std::this_thread::yield();
+    return;
+  }
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#else
+  std::this_thread::yield();
+#endif
+}
+
 // Names a lane's thread as top, ps and /proc show it: a lane's CPU time can then be told apart
 // from gRPC's own threads. Linux keeps 15 characters.
 void NameThread(std::thread& t, const std::string& name) {
@@ -120,10 +138,11 @@ bool DeviceWorker::TakeJob(AsyncJob* job) {
   // Poll a little before sleeping: a request that arrives within poll_ of the last one starts
   // without a futex wake-up (tens of microseconds on a VM; PERFORMANCE.md).
   const auto spin_until = std::chrono::steady_clock::now() + poll_;
+  unsigned step = 0;
   while (queued_.load(std::memory_order_acquire) == 0 &&
          !stopping_.load(std::memory_order_relaxed) &&
          std::chrono::steady_clock::now() < spin_until) {
-    std::this_thread::yield();
+    PollStep(step);
   }
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
@@ -194,10 +213,11 @@ void DeviceWorker::CompletionLoop(Lane& lane) {
     // As the launch thread does for the queue: a job launched within poll_ of the last one's
     // completion is taken without a futex wake-up.
     const auto spin_until = std::chrono::steady_clock::now() + poll_;
+    unsigned step = 0;
     while (lane.pending_count.load(std::memory_order_acquire) == 0 &&
            !stopping_.load(std::memory_order_relaxed) &&
            std::chrono::steady_clock::now() < spin_until) {
-      std::this_thread::yield();
+      PollStep(step);
     }
     Lane::Pending p;
     {
