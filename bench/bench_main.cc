@@ -28,6 +28,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/mutex_checks.h"
 #include "server/engine/cuda_backend.h"
 #include "bench/bench.h"
 #include "bench/harness.h"
@@ -135,6 +136,19 @@ Options ParseArgs(int argc, char** argv) {
       o.load_workloads = SplitSet(v);
     } else if (const char* v = val("--load_seconds=")) {
       o.load_seconds = std::atof(v);
+    } else if (const char* v = val("--load_rounds=")) {
+      o.load_rounds = std::atoi(v);
+    } else if (const char* v = val("--load_variant=")) {
+      const std::string spec = v;
+      const size_t colon = spec.find(':');
+      if (colon == 0 || colon == std::string::npos) {
+        Die(absl::StrCat("--load_variant wants LABEL:ARG[,ARG...], got ", spec));
+      }
+      std::vector<std::string> args;
+      for (absl::string_view arg : absl::StrSplit(spec.substr(colon + 1), ',', absl::SkipEmpty())) {
+        args.emplace_back(arg);
+      }
+      o.load_variants.push_back({spec.substr(0, colon), std::move(args)});
     } else if (const char* v = val("--server_arg=")) {
       o.server_args.emplace_back(v);
     } else if (const char* v = val("--chunk_bytes=")) {
@@ -146,7 +160,7 @@ Options ParseArgs(int argc, char** argv) {
           "opserve-bench [--ops=sum,row_mean,row_sum,transpose,matmul,fusion,service,load,replay,kserve,cublas_handles]\n"
           "              [--service]\n"
           "              [--load_lanes=1,2,4] [--load_conc=1,16,64] [--load_workloads=10x2048,...]\n"
-          "              [--load_seconds=S]\n"
+          "              [--load_seconds=S] [--load_rounds=N] [--load_variant=LABEL:ARG,ARG ...]\n"
           "              [--quick]\n"
           "              [--out=DIR] [--reps=N>=20] [--algos=a,b,auto] [--shapes=LABEL,...]\n"
           "              [--opserve=PATH] [--transpose-sweep] [--chunk_bytes=N]\n"
@@ -174,6 +188,8 @@ int main(int argc, char** argv) {
   using namespace opserve;
   using namespace opserve::bench;
   Options opt = ParseArgs(argc, argv);
+  // As the server does: the load section's client threads would otherwise share one lock.
+  SkipMutexDeadlockChecks();
   Report rep;
   {
     std::vector<std::string> args(argv, argv + argc);
@@ -257,6 +273,9 @@ int main(int argc, char** argv) {
       if (!opt.load_conc.empty()) co.concurrency = opt.load_conc;
       if (opt.load_seconds > 0) co.seconds = opt.load_seconds;
       co.workloads = opt.load_workloads;
+      if (opt.load_rounds > 0) co.rounds = opt.load_rounds;
+      co.variants = opt.load_variants;
+      if (!opt.out_dir.empty()) co.windows_csv = opt.out_dir + "/load_windows.csv";
       std::printf("service under concurrent load: lanes %s x concurrency %s\n",
                   absl::StrJoin(co.lanes, ", ").c_str(), absl::StrJoin(co.concurrency, ", ").c_str());
       std::fflush(stdout);

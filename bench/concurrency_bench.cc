@@ -1,6 +1,8 @@
 #include "bench/concurrency_bench.h"
 
+#include <algorithm>
 #include <atomic>
+#include <deque>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -39,25 +41,40 @@ struct Samples {
   double wall_s = 0;
 };
 
-// `threads` threads call `call` back to back until `seconds` pass; every call's figures go to
+// Each window opens with this long of calls that are not counted: the threads start, and the
+// server's and the client's thread pools settle to this series after whatever ran before it.
+constexpr double kWindowWarmupSeconds = 0.1;
+
+// `threads` threads call `call` back to back for kWindowWarmupSeconds, then for `seconds` more;
+// the calls that end in those `seconds` (or after, finishing) count, and their figures go to
 // `into`.
 template <typename Call>
 void Drive(int threads, double seconds, Call call, Samples* into, std::string* error) {
   std::vector<ThreadResult> results(threads);
   std::atomic<bool> go{false};
   std::vector<std::thread> pool;
-  Clock::time_point until;
+  Clock::time_point measure_from, until;
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
       while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+      ThreadResult warm;
+      while (Clock::now() < measure_from && warm.error.empty()) {
+        warm = ThreadResult();  // only the last call's figures are kept
+        call(warm);
+      }
+      // That last call ended after measure_from: it counts.
+      results[t] = std::move(warm);
       while (Clock::now() < until && results[t].error.empty()) call(results[t]);
     });
   }
-  const auto start = Clock::now();
-  until = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  const auto seconds_to = [](double s) {
+    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+  };
+  measure_from = Clock::now() + seconds_to(kWindowWarmupSeconds);
+  until = measure_from + seconds_to(seconds);
   go.store(true, std::memory_order_release);
   for (std::thread& t : pool) t.join();
-  into->wall_s += std::chrono::duration<double>(Clock::now() - start).count();
+  into->wall_s += std::chrono::duration<double>(Clock::now() - measure_from).count();
   ThreadResult& a = into->all;
   for (ThreadResult& r : results) {
     if (!r.error.empty() && error->empty()) *error = r.error;
@@ -82,121 +99,171 @@ LoadPoint Summarize(const Samples& s) {
   return p;
 }
 
-// A point's time is cut into this many windows, and the points of one concurrency take turns
-// window by window: the host's own slow spells (other tenants of a VM) then fall on the floor
-// and on the workloads alike, instead of on whichever ran during them.
-constexpr int kRounds = 6;
+// One stream of calls that takes turns with the others: a server's floor or one workload on it.
+struct Series {
+  std::string variant;
+  std::string name;  // "health" or the workload's
+  std::function<void(ThreadResult&)> call;
+};
+
+// A window's own figures, for the windows CSV.
+struct Window {
+  std::string variant, series, after;  // after: the series of the window before ("" first)
+  int lanes, concurrency, round, position;
+  int64_t requests;
+  double seconds;
+};
+
+// Opens `session` on `bin` and adds its floor and workloads to `series`; "" on success. The
+// stored inputs are named in `stored`; `requests` must not move while the series are in use.
+std::string AddServer(const ConcurrencyOptions& opt, const std::string& variant,
+                      const std::vector<std::string>& args, Session& session,
+                      std::deque<v1::ExecuteRequest>& requests, std::vector<std::string>& stored,
+                      std::vector<Series>& series) {
+  if (std::string err = session.Open(opt.opserve_bin, args); !err.empty()) return err;
+  client::Client& c = *session.client;
+  grpc::GenericStub& raw = *session.raw;
+  // The floor: blocking Health/Check calls made the same way, on one channel.
+  series.push_back({variant, "health", [&raw](ThreadResult& r) {
+                      const auto t0 = Clock::now();
+                      if (!RawHealthCheck(&raw)) r.error = "Health/Check failed";
+                      r.latency_us.push_back(Us(Clock::now() - t0));
+                    }});
+  for (const Workload& w : kWorkloads) {
+    if (!opt.workloads.empty() && !opt.workloads.count(w.shape)) continue;
+    const std::string x = RandomFloats(static_cast<uint64_t>(w.rows * w.cols));
+    const int64_t shape[] = {w.rows, w.cols};
+    const std::string name = absl::StrCat("load_", w.shape);
+    auto put = c.PutTensor(name, v1::FLOAT32, shape, x.data(), x.size(), /*overwrite=*/true);
+    if (!put.ok()) return absl::StrCat("PutTensor ", w.name, ": ", put.status().message());
+    stored.push_back(name);
+    const v1::ExecuteRequest& req = requests.emplace_back(RowMeanOfStored(name));
+    auto execute = [&c, &req, w](ThreadResult& r) {
+      const auto t0 = Clock::now();
+      auto resp = c.Execute(req);
+      const double us = Us(Clock::now() - t0);
+      if (!resp.ok() || resp->nodes_size() != 1) {
+        r.error = absl::StrCat("Execute ", w.name, ": ",
+                               resp.ok() ? "no node result" : resp.status().ToString());
+        return;
+      }
+      r.latency_us.push_back(us);
+      r.kernel_us.push_back(resp->nodes(0).kernel_us());
+      r.compute_us.push_back(resp->timing().compute_us());
+      r.server_us.push_back(resp->timing().total_us());
+      r.queue_us.push_back(resp->timing().queue_us());
+    };
+    for (int i = 0; i < 20; ++i) {  // warm: the first calls of a channel and a lane
+      ThreadResult warm;
+      execute(warm);
+    }
+    series.push_back({variant, w.name, execute});
+  }
+  return "";
+}
+
+void WriteWindows(const std::vector<Window>& windows, const std::string& path) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  std::ofstream csv(path);
+  csv << "variant,lanes,concurrency,round,position,series,after,requests,seconds,req_per_s\n";
+  for (const Window& w : windows) {
+    csv << w.variant << "," << w.lanes << "," << w.concurrency << "," << w.round << ","
+        << w.position << "," << w.series << "," << w.after << "," << w.requests << ","
+        << w.seconds << "," << (w.seconds > 0 ? w.requests / w.seconds : 0) << "\n";
+  }
+}
 
 }  // namespace
 
-const LoadPoint* ConcurrencyFigures::Find(int lanes, const std::string& workload,
-                                          int concurrency) const {
+const LoadPoint* ConcurrencyFigures::Find(const std::string& variant, int lanes,
+                                          const std::string& workload, int concurrency) const {
   for (const LoadPoint& p : points) {
-    if (p.lanes == lanes && p.workload == workload && p.concurrency == concurrency) return &p;
+    if (p.variant == variant && p.lanes == lanes && p.workload == workload &&
+        p.concurrency == concurrency) {
+      return &p;
+    }
   }
   return nullptr;
 }
 
 ConcurrencyFigures RunConcurrencyBench(const ConcurrencyOptions& opt) {
   ConcurrencyFigures f;
+  std::vector<Window> windows;
+  auto variants = opt.variants;
+  if (variants.empty()) variants.push_back({"", {}});
+  const int rounds = std::max(1, opt.rounds);
   for (int lanes : opt.lanes) {
-    std::vector<std::string> args = opt.server_args;
-    args.push_back(absl::StrCat("--lanes=", lanes));
-    Session session;  // its one client channel is shared by every thread
-    if (std::string err = session.Open(opt.opserve_bin, args); !err.empty()) {
-      f.error = err;
-      return f;
-    }
-    client::Client& c = *session.client;
-    grpc::GenericStub& raw = *session.raw;
-    std::string error;
-
-    // The floor first: blocking Health/Check calls made the same way, on one channel.
-    struct Series {
-      std::string name;
-      std::function<void(ThreadResult&)> call;
-    };
+    // Every variant's server at once, each with its own client channel shared by its threads.
+    std::deque<Session> sessions;
+    std::deque<v1::ExecuteRequest> requests;  // the calls below point into it
+    std::vector<std::vector<std::string>> stored(variants.size());
     std::vector<Series> series;
-    series.push_back({"health", [&](ThreadResult& r) {
-                        const auto t0 = Clock::now();
-                        if (!RawHealthCheck(&raw)) r.error = "Health/Check failed";
-                        r.latency_us.push_back(Us(Clock::now() - t0));
-                      }});
-    std::vector<v1::ExecuteRequest> requests;
-    requests.reserve(std::size(kWorkloads));  // the calls below point into it
-    std::vector<std::string> stored;
-    for (const Workload& w : kWorkloads) {
-      if (!opt.workloads.empty() && !opt.workloads.count(w.shape)) continue;
-      const std::string x = RandomFloats(static_cast<uint64_t>(w.rows * w.cols));
-      const int64_t shape[] = {w.rows, w.cols};
-      const std::string name = absl::StrCat("load_", w.shape);
-      auto put = c.PutTensor(name, v1::FLOAT32, shape, x.data(), x.size(), /*overwrite=*/true);
-      if (!put.ok()) {
-        f.error = absl::StrCat("PutTensor ", w.name, ": ", put.status().message());
+    for (size_t v = 0; v < variants.size(); ++v) {
+      std::vector<std::string> args = opt.server_args;
+      args.insert(args.end(), variants[v].second.begin(), variants[v].second.end());
+      args.push_back(absl::StrCat("--lanes=", lanes));
+      if (std::string err = AddServer(opt, variants[v].first, args, sessions.emplace_back(),
+                                      requests, stored[v], series);
+          !err.empty()) {
+        f.error = variants[v].first.empty() ? err : absl::StrCat(variants[v].first, ": ", err);
         return f;
       }
-      stored.push_back(name);
-      const v1::ExecuteRequest& req = requests.emplace_back(RowMeanOfStored(name));
-      auto execute = [&c, &req, w](ThreadResult& r) {
-        const auto t0 = Clock::now();
-        auto resp = c.Execute(req);
-        const double us = Us(Clock::now() - t0);
-        if (!resp.ok() || resp->nodes_size() != 1) {
-          r.error = absl::StrCat("Execute ", w.name, ": ",
-                                 resp.ok() ? "no node result" : resp.status().ToString());
-          return;
-        }
-        r.latency_us.push_back(us);
-        r.kernel_us.push_back(resp->nodes(0).kernel_us());
-        r.compute_us.push_back(resp->timing().compute_us());
-        r.server_us.push_back(resp->timing().total_us());
-        r.queue_us.push_back(resp->timing().queue_us());
-      };
-      for (int i = 0; i < 20; ++i) {  // warm: the first calls of a channel and a lane
-        ThreadResult warm;
-        execute(warm);
-      }
-      series.push_back({w.name, execute});
     }
+    std::string error;
     for (int conc : opt.concurrency) {
       std::vector<Samples> samples(series.size());
-      for (int round = 0; round < kRounds && error.empty(); ++round) {
+      std::string after;
+      for (int round = 0; round < rounds && error.empty(); ++round) {
         for (size_t k = 0; k < series.size(); ++k) {
           const size_t i = (k + round) % series.size();  // each series leads in turn
-          Drive(conc, opt.seconds / kRounds, series[i].call, &samples[i], &error);
+          const double wall = samples[i].wall_s;
+          const size_t calls = samples[i].all.latency_us.size();
+          Drive(conc, opt.seconds / rounds, series[i].call, &samples[i], &error);
+          windows.push_back({series[i].variant, series[i].name, after, lanes, conc, round,
+                             static_cast<int>(k),
+                             static_cast<int64_t>(samples[i].all.latency_us.size() - calls),
+                             samples[i].wall_s - wall});
+          after = series[i].variant.empty() ? series[i].name
+                                            : absl::StrCat(series[i].variant, " ", series[i].name);
         }
       }
       for (size_t i = 0; i < series.size(); ++i) {
         LoadPoint p = Summarize(samples[i]);
+        p.variant = series[i].variant;
         p.lanes = lanes;
         p.concurrency = conc;
         p.workload = series[i].name;
         f.points.push_back(p);
       }
     }
-    for (const std::string& name : stored) (void)c.DeleteTensor(name);
+    for (size_t v = 0; v < sessions.size(); ++v) {
+      for (const std::string& name : stored[v]) (void)sessions[v].client->DeleteTensor(name);
+    }
     if (!error.empty()) {
       f.error = error;
       return f;
     }
   }
+  if (!opt.windows_csv.empty()) WriteWindows(windows, opt.windows_csv);
   f.ran = true;
   return f;
 }
 
 void AddConcurrencyTargets(const ConcurrencyFigures& f, Report& rep) {
   if (!f.ran) return;
-  std::vector<int> lanes;
+  std::vector<std::pair<std::string, int>> servers;  // (variant, lanes) in the order run
   for (const LoadPoint& p : f.points) {
-    if (std::find(lanes.begin(), lanes.end(), p.lanes) == lanes.end()) lanes.push_back(p.lanes);
+    const std::pair<std::string, int> s = {p.variant, p.lanes};
+    if (std::find(servers.begin(), servers.end(), s) == servers.end()) servers.push_back(s);
   }
-  for (int l : lanes) {
-    const std::string at = absl::StrCat("load, ", l, l == 1 ? " lane: " : " lanes: ");
+  for (const auto& [v, l] : servers) {
+    const std::string at = absl::StrCat("load, ", v, v.empty() ? "" : ", ", l,
+                                        l == 1 ? " lane: " : " lanes: ");
     // 1. Kernel-bound shapes at c=16: against the lower of the kernel-bound rate and the floor.
-    const LoadPoint* health16 = f.Find(l, "health", 16);
+    const LoadPoint* health16 = f.Find(v, l, "health", 16);
     for (const char* w : {"row_mean 4096x4096", "row_mean 8192x8192"}) {
-      const LoadPoint* one = f.Find(l, w, 1);
-      const LoadPoint* p = f.Find(l, w, 16);
+      const LoadPoint* one = f.Find(v, l, w, 1);
+      const LoadPoint* p = f.Find(v, l, w, 16);
       if (one == nullptr || p == nullptr || health16 == nullptr || one->kernel_p50_us <= 0) continue;
       const double kernel_rate = 1e6 / one->kernel_p50_us;
       const double ceiling = std::min(kernel_rate, health16->req_per_s);
@@ -207,8 +274,8 @@ void AddConcurrencyTargets(const ConcurrencyFigures& f, Report& rep) {
     }
     // 2. The launch-bound shape against the floor at the same concurrency.
     for (int c : {16, 64}) {
-      const LoadPoint* p = f.Find(l, "row_mean 10x2048", c);
-      const LoadPoint* h = f.Find(l, "health", c);
+      const LoadPoint* p = f.Find(v, l, "row_mean 10x2048", c);
+      const LoadPoint* h = f.Find(v, l, "health", c);
       if (p == nullptr || h == nullptr) continue;
       AddTarget(rep, absl::StrCat(at, "row_mean 10x2048 c=", c, " >= 0.90x health c=", c),
                 absl::StrFormat("%.0f vs %.0f req/s = %.3fx", p->req_per_s, h->req_per_s,
@@ -216,7 +283,7 @@ void AddConcurrencyTargets(const ConcurrencyFigures& f, Report& rep) {
                 p->req_per_s >= 0.9 * h->req_per_s);
     }
     // 3. Concurrency 1 does not get slower.
-    if (const LoadPoint *p = f.Find(l, "row_mean 4096x4096", 1), *h = f.Find(l, "health", 1);
+    if (const LoadPoint *p = f.Find(v, l, "row_mean 4096x4096", 1), *h = f.Find(v, l, "health", 1);
         p != nullptr && h != nullptr) {
       const double overhead = p->p50_us - p->kernel_p50_us;
       AddTarget(rep, absl::StrCat(at, "c=1 Execute p50 - kernel <= 1.5x health p50"),
@@ -224,7 +291,7 @@ void AddConcurrencyTargets(const ConcurrencyFigures& f, Report& rep) {
                 overhead <= 1.5 * h->p50_us);
     }
     // 5. Tail latency at c=64 against the floor's own tail.
-    if (const LoadPoint *p = f.Find(l, "row_mean 10x2048", 64), *h = f.Find(l, "health", 64);
+    if (const LoadPoint *p = f.Find(v, l, "row_mean 10x2048", 64), *h = f.Find(v, l, "health", 64);
         p != nullptr && h != nullptr && p->p50_us > 0 && h->p50_us > 0) {
       const double tail = p->p99_us / p->p50_us, floor_tail = h->p99_us / h->p50_us;
       AddTarget(rep, absl::StrCat(at, "10x2048 c=64 p99/p50 <= 1.2x health's"),
@@ -240,6 +307,10 @@ void PrintConcurrency(const ConcurrencyFigures& f, const std::string& csv_path) 
   }
   std::printf("\nservice under concurrent load (threads on one channel, blocking calls, stored "
               "inputs):\n");
+  // A variant column only when servers were compared (--load_variant).
+  int label = 0;
+  for (const LoadPoint& p : f.points) label = std::max(label, static_cast<int>(p.variant.size()));
+  if (label > 0) std::printf("  %-*s", label, "variant");
   std::printf("  %-5s %-20s %5s %10s %10s %10s %10s %11s %10s %10s %11s\n", "lanes",
               "workload", "conc", "req/s", "p50 us", "p99 us", "kernel us", "compute us",
               "server us", "queue us", "outside us");
@@ -248,11 +319,12 @@ void PrintConcurrency(const ConcurrencyFigures& f, const std::string& csv_path) 
     std::filesystem::create_directories(std::filesystem::path(csv_path).parent_path());
     csv.open(csv_path);
     csv << "lanes,workload,concurrency,requests,req_per_s,p50_us,p99_us,kernel_p50_us,"
-           "compute_p50_us,server_p50_us,queue_p50_us\n";
+           "compute_p50_us,server_p50_us,queue_p50_us,variant\n";
   }
   for (const LoadPoint& p : f.points) {
     // "outside": the client's p50 less the handler's own (health has no handler timing).
     const bool timed = p.server_p50_us > 0;
+    if (label > 0) std::printf("  %-*s", label, p.variant.c_str());
     std::printf("  %-5d %-20s %5d %10.0f %10.1f %10.1f %10.1f %11.1f %10.1f %10.1f %11.1f\n",
                 p.lanes, p.workload.c_str(), p.concurrency, p.req_per_s, p.p50_us, p.p99_us,
                 p.kernel_p50_us, p.compute_p50_us, p.server_p50_us, p.queue_p50_us,
@@ -260,7 +332,8 @@ void PrintConcurrency(const ConcurrencyFigures& f, const std::string& csv_path) 
     if (csv.is_open()) {
       csv << p.lanes << "," << p.workload << "," << p.concurrency << "," << p.requests << ","
           << p.req_per_s << "," << p.p50_us << "," << p.p99_us << "," << p.kernel_p50_us << ","
-          << p.compute_p50_us << "," << p.server_p50_us << "," << p.queue_p50_us << "\n";
+          << p.compute_p50_us << "," << p.server_p50_us << "," << p.queue_p50_us << "," << p.variant
+          << "\n";
     }
   }
 }

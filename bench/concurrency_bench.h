@@ -1,7 +1,7 @@
 // The service under concurrent load (issue 14's targets): for each lane count, the real `opserve`
 // on loopback, stored row_mean inputs, T threads on one channel each making blocking Execute
 // calls for a fixed time; gRPC's floor measured the same way with Health/Check in the same run.
-// At each concurrency the floor and the workloads take turns in short windows (kRounds of them
+// At each concurrency the floor and the workloads take turns in short windows (`rounds` of them
 // each), so that a slow spell of the host falls on all of them.
 #pragma once
 
@@ -17,11 +17,20 @@ struct ConcurrencyOptions {
   std::vector<int> lanes = {1, 2, 4};
   std::vector<int> concurrency = {1, 16, 64};
   std::set<std::string> workloads;  // shapes such as "10x2048"; empty: all three
-  double seconds = 1.5;  // per point, over all its windows
+  double seconds = 3;  // per point, over all its windows (each also warms up first)
+  int rounds = 8;      // windows per point
+  // Servers to compare in the same windows: (label, its extra arguments). Each runs at each lane
+  // count, all of one lane count at once, their points taking turns with each other's. Empty:
+  // one server, unlabelled.
+  std::vector<std::pair<std::string, std::vector<std::string>>> variants;
+  // Where every window's own figures go (a CSV), to see the spread the points average over and
+  // whether a point depends on the one before it; empty: nowhere.
+  std::string windows_csv;
 };
 
 // One point: a workload at a concurrency on a server of `lanes` lanes ("health": the floor).
 struct LoadPoint {
+  std::string variant;  // ConcurrencyOptions::variants' label; "" without variants
   int lanes = 0;
   std::string workload;  // "row_mean 4096x4096", ..., or "health"
   int concurrency = 0;
@@ -40,14 +49,16 @@ struct ConcurrencyFigures {
   bool ran = false;
   std::string error;
   std::vector<LoadPoint> points;
-  // The point of (lanes, workload, concurrency), or nullptr.
-  const LoadPoint* Find(int lanes, const std::string& workload, int concurrency) const;
+  // The point of (variant, lanes, workload, concurrency), or nullptr.
+  const LoadPoint* Find(const std::string& variant, int lanes, const std::string& workload,
+                        int concurrency) const;
 };
 
 ConcurrencyFigures RunConcurrencyBench(const ConcurrencyOptions& options);
 
 struct Report;
-// Issue 14's targets 1, 2, 3 and 5 for each lane count measured (4, graph replay, is not built).
+// Issue 14's targets 1, 2, 3 and 5 for each variant and lane count measured (4 is the replay
+// section's).
 void AddConcurrencyTargets(const ConcurrencyFigures& f, Report& rep);
 
 // The table, and a CSV of every point beside the bench's other files when `csv_path` is set.

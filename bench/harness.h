@@ -63,6 +63,9 @@ struct Options {
   std::vector<int> load_lanes, load_conc;
   std::set<std::string> load_workloads;  // "10x2048", "4096x4096", ...
   double load_seconds = 0;
+  int load_rounds = 0;
+  // --load_variant=LABEL:ARG,ARG (repeatable): servers compared in the same windows.
+  std::vector<std::pair<std::string, std::vector<std::string>>> load_variants;
 };
 
 // ---- The timing method (timing.cc). ----
