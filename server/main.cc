@@ -57,8 +57,9 @@ ABSL_FLAG(int, graph_cache, 64,
           "more nodes received again with the same signature runs as one launch; 0 to 1024 (0: "
           "every node launched on its own)");
 ABSL_FLAG(int, worker_poll_us, 2000,
-          "after each job the device worker polls its queue this long before it sleeps (0: "
-          "sleep at once); requests closer together than this skip a thread wake-up");
+          "after each job the device worker polls its queue (or for a free context) this long "
+          "before it sleeps (0: sleep at once); requests closer together than this skip a thread "
+          "wake-up");
 ABSL_FLAG(int, completion_threads, opserve::DeviceWorker::kDefaultCompletionThreads,
           "threads per lane that wait for its requests' device work and send their replies: 1 "
           "to 8 (with 2, one replies while the other waits for the next request)");

@@ -50,6 +50,7 @@ struct DeviceWorker::Lane {
   std::condition_variable slot_freed;  // the launch thread waits for a free context
   std::condition_variable launched;    // the completion thread waits for a finisher
   std::vector<ExecEnv*> free_slots;
+  std::atomic<int> free_count{0};  // free_slots.size(), readable without mu
   std::deque<Pending> pending;
   std::atomic<int> pending_count{0};  // pending.size(), readable without mu
   int in_flight = 0;
@@ -167,6 +168,7 @@ void DeviceWorker::LaunchLoop(Lane& lane, int completion_threads,
   started->set_value(status);
   if (!status.ok()) return;
   for (auto& env : envs) lane.free_slots.push_back(env.get());
+  lane.free_count.store(static_cast<int>(lane.free_slots.size()));
   for (int t = 0; t < completion_threads; ++t) {
     std::thread& thread = lane.completion_threads.emplace_back(&DeviceWorker::CompletionLoop, this,
                                                                std::ref(lane));
@@ -174,6 +176,14 @@ void DeviceWorker::LaunchLoop(Lane& lane, int completion_threads,
   }
 
   for (;;) {
+    // Both contexts busy: poll for one to come free as TakeJob polls the queue. Under load this
+    // is the wait that paces the lane, and a futex wake-up would add its latency to every cycle.
+    const auto spin_until = std::chrono::steady_clock::now() + poll_;
+    unsigned step = 0;
+    while (lane.free_count.load(std::memory_order_acquire) == 0 &&
+           std::chrono::steady_clock::now() < spin_until) {
+      PollStep(step);
+    }
     {
       std::unique_lock<std::mutex> lock(lane.mu);
       lane.slot_freed.wait(lock, [&] { return !lane.free_slots.empty(); });
@@ -187,6 +197,7 @@ void DeviceWorker::LaunchLoop(Lane& lane, int completion_threads,
       std::lock_guard<std::mutex> lock(lane.mu);
       env = lane.free_slots.back();
       lane.free_slots.pop_back();
+      lane.free_count.fetch_sub(1, std::memory_order_relaxed);
       ++lane.in_flight;
       if (observer_) observer_(lane.index, lane.in_flight);
     }
@@ -233,6 +244,7 @@ void DeviceWorker::CompletionLoop(Lane& lane) {
     {
       std::lock_guard<std::mutex> lock(lane.mu);
       lane.free_slots.push_back(p.env);
+      lane.free_count.fetch_add(1, std::memory_order_release);
       --lane.in_flight;
       if (observer_) observer_(lane.index, lane.in_flight);
     }

@@ -51,9 +51,10 @@ class DeviceWorker {
   using LaneObserver = std::function<void(int lane, int running)>;
 
   // Starts `lanes` lanes, each making its contexts on its launch thread; fails if the backend
-  // cannot. After each job a launch thread polls the queue for `poll` before it sleeps on the
-  // condition variable: a request that arrives within that window starts without a futex
-  // wake-up, at the cost of a core yielding in a loop while requests keep coming. `max_queue`
+  // cannot. After each job a launch thread polls the queue (or, with both contexts busy, for
+  // one to come free) for `poll` before it sleeps on a condition variable: a request that
+  // arrives within that window starts without a futex wake-up, at the cost of a core spinning
+  // while requests keep coming. `max_queue`
   // bounds the jobs waiting and in flight on all lanes together. `completion_threads` per lane
   // finish its jobs, in parallel.
   static absl::StatusOr<std::unique_ptr<DeviceWorker>> Start(
