@@ -3,7 +3,9 @@
 // one of 5 us), each bracketed by external event record nodes or by timestamp kernels, the
 // output (40 bytes) copied to page-locked memory by a copy node or a kernel. Per variant, the
 // medians of 350 launches: the host time of cudaGraphLaunch, launch to the host seeing the end,
-// and the device's span of the nodes. PERFORMANCE.md quotes it.
+// and the device's span of the nodes; then 200 launches back to back, whose device time per
+// graph beyond its kernels bounds how many requests one stream can run (a lane's req/s).
+// PERFORMANCE.md quotes it.
 // Run: build/bench/diag/opserve-graph-marks
 #include <cuda_runtime.h>
 #include <unistd.h>
@@ -25,11 +27,15 @@ __global__ void spin(long ns, float* out) {
   if (threadIdx.x == 0) out[0] = static_cast<float>(t - t0);
 }
 __global__ void stamp(unsigned long long* slot) { *slot = gt(); }
-__global__ void copy_kernel(const float4* src, float4* dst, int n) {
+// `stamp_slot`: where the copy's first thread writes the timer as it starts (the end stamp of
+// the node before it, without a kernel of its own), or nullptr.
+__global__ void copy_kernel(const float4* src, float4* dst, int n, unsigned long long* stamp_slot) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (stamp_slot != nullptr && i == 0) *stamp_slot = gt();
   if (i < n) dst[i] = src[i];
 }
-struct Variant { const char* name; int kernels; long ns; bool events, stamps; int copy; };  // copy: 0 none, 1 node, 2 kernel
+// copy: 0 none, 1 node, 2 kernel, 3 kernel that also writes the last node's end stamp
+struct Variant { const char* name; int kernels; long ns; bool events, stamps; int copy; };
 int main() {
   cudaStream_t s, cap;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -47,8 +53,13 @@ int main() {
       {"3 x 20 us, stamps + copy kernel", 3, 20000, false, true, 2},
       {"1 x 5 us, no marks, no copy", 1, 5000, false, false, 0},
       {"1 x 5 us, events + copy node", 1, 5000, true, false, 1},
-      {"1 x 5 us, stamps + copy kernel", 1, 5000, false, true, 2}};
-  std::printf("%-34s %10s %16s %14s %12s\n", "graph", "launch us", "launch->seen us", "over kernels", "device span");
+      {"1 x 5 us, stamps + copy kernel", 1, 5000, false, true, 2},
+      {"1 x 5 us, stamp + stamping copy", 1, 5000, false, true, 3},
+      {"1 x 17 us, no marks, no copy", 1, 17000, false, false, 0},
+      {"1 x 17 us, stamps + copy kernel", 1, 17000, false, true, 2},
+      {"1 x 17 us, stamp + stamping copy", 1, 17000, false, true, 3}};
+  std::printf("%-34s %10s %16s %14s %12s %14s\n", "graph", "launch us", "launch->seen us",
+              "over kernels", "device span", "b2b over us");
   for (const Variant& v : variants) {
     CK(cudaStreamBeginCapture(cap, cudaStreamCaptureModeRelaxed));
     for (int k = 0; k < v.kernels; ++k) {
@@ -56,10 +67,13 @@ int main() {
       if (v.events) CK(cudaEventRecordWithFlags(ev[2 * k], cap, cudaEventRecordExternal));
       spin<<<1, 32, 0, cap>>>(v.ns, d + 64 * k);
       if (v.events) CK(cudaEventRecordWithFlags(ev[2 * k + 1], cap, cudaEventRecordExternal));
-      if (v.stamps) stamp<<<1, 1, 0, cap>>>(st + k + 1);
+      if (v.stamps && !(v.copy == 3 && k == v.kernels - 1)) stamp<<<1, 1, 0, cap>>>(st + k + 1);
     }
     if (v.copy == 1) CK(cudaMemcpyAsync(h, d, 40, cudaMemcpyDeviceToHost, cap));
-    if (v.copy == 2) copy_kernel<<<1, 128, 0, cap>>>(reinterpret_cast<const float4*>(d), reinterpret_cast<float4*>(h), 3);
+    if (v.copy >= 2) {
+      copy_kernel<<<1, 128, 0, cap>>>(reinterpret_cast<const float4*>(d), reinterpret_cast<float4*>(h), 3,
+                                      v.copy == 3 ? st + v.kernels : nullptr);
+    }
     cudaGraph_t g;
     CK(cudaStreamEndCapture(cap, &g));
     cudaGraphExec_t x;
@@ -88,7 +102,13 @@ int main() {
       usleep(50);  // a client's gap between requests: the stream idle before each launch
     }
     const double kernels = v.kernels * v.ns * 1e-3;
-    std::printf("%-34s %10.2f %16.2f %14.2f %12.2f\n", v.name, med(launch), med(seen), med(seen) - kernels, med(span));
+    constexpr int kBackToBack = 200;
+    const auto b0 = Clock::now();
+    for (int it = 0; it < kBackToBack; ++it) CK(cudaGraphLaunch(x, s));
+    CK(cudaStreamSynchronize(s));
+    const double b2b = us(b0, Clock::now()) / kBackToBack - kernels;
+    std::printf("%-34s %10.2f %16.2f %14.2f %12.2f %14.2f\n", v.name, med(launch), med(seen),
+                med(seen) - kernels, med(span), b2b);
     CK(cudaGraphExecDestroy(x));
     CK(cudaGraphDestroy(g));
   }
