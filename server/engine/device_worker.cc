@@ -10,10 +10,10 @@
 namespace opserve {
 namespace {
 
-// One step of a poll loop. A pause instruction rather than sched_yield: on a sandboxed host
-// (gVisor, as the lent GPU machines are) every yield is a system call served by the sandbox's
-// own kernel, which the network stack's work also needs. Every 64th step still yields, so that
-// a poller on a machine with fewer cores than busy threads lets the ones with work run.
+// One step of a poll loop. A pause instruction rather than sched_yield, which is a system call
+// (in a gVisor sandbox, one served by the sandbox's own kernel, whose CPU its network stack
+// needs too). Every 64th step still yields, so that a poller on a machine with fewer cores than
+// busy threads lets the ones with work run.
 void PollStep(unsigned& step) {
   if (++step % 64 == 0) {
     std::this_thread::yield();
