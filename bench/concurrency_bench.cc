@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <deque>
 #include <cstdio>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <functional>
