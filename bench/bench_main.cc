@@ -144,11 +144,15 @@ Options ParseArgs(int argc, char** argv) {
       if (colon == 0 || colon == std::string::npos) {
         Die(absl::StrCat("--load_variant wants LABEL:ARG[,ARG...], got ", spec));
       }
+      const std::string label = spec.substr(0, colon);
+      for (const auto& variant : o.load_variants) {
+        if (variant.first == label) Die(absl::StrCat("--load_variant ", label, " given twice"));
+      }
       std::vector<std::string> args;
       for (absl::string_view arg : absl::StrSplit(spec.substr(colon + 1), ',', absl::SkipEmpty())) {
         args.emplace_back(arg);
       }
-      o.load_variants.push_back({spec.substr(0, colon), std::move(args)});
+      o.load_variants.push_back({label, std::move(args)});
     } else if (const char* v = val("--server_arg=")) {
       o.server_args.emplace_back(v);
     } else if (const char* v = val("--chunk_bytes=")) {

@@ -10,22 +10,27 @@
 namespace opserve {
 namespace {
 
-// One step of a poll loop. A pause instruction rather than sched_yield, which is a system call
-// (in a gVisor sandbox, one served by the sandbox's own kernel, whose CPU its network stack
-// needs too). Every 64th step still yields, so that a poller on a machine with fewer cores than
-// busy threads lets the ones with work run.
-void PollStep(unsigned& step) {
-  if (++step % 64 == 0) {
-    std::this_thread::yield();
-    return;
-  }
+// Spins until `ready()` or `poll` has passed, whichever is first; the caller then sleeps on its
+// condition variable if need be. Each step is a pause instruction rather than sched_yield, which
+// is a system call (in a gVisor sandbox, one served by the sandbox's own kernel, whose CPU its
+// network stack needs too). Every 64th step still yields, so that a poller on a machine with
+// fewer cores than busy threads lets the ones with work run.
+template <typename Ready>
+void PollFor(std::chrono::microseconds poll, Ready ready) {
+  const auto until = std::chrono::steady_clock::now() + poll;
+  for (unsigned step = 1; !ready() && std::chrono::steady_clock::now() < until; ++step) {
+    if (step % 64 == 0) {
+      std::this_thread::yield();
+      continue;
+    }
 #if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
+    __builtin_ia32_pause();
 #elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
+    asm volatile("yield" ::: "memory");
 #else
-  std::this_thread::yield();
+    std::this_thread::yield();
 #endif
+  }
 }
 
 // Names a lane's thread as top, ps and /proc show it: a lane's CPU time can then be told apart
@@ -138,13 +143,10 @@ void DeviceWorker::Shutdown() {
 bool DeviceWorker::TakeJob(AsyncJob* job) {
   // Poll a little before sleeping: a request that arrives within poll_ of the last one starts
   // without a futex wake-up (tens of microseconds on a VM; PERFORMANCE.md).
-  const auto spin_until = std::chrono::steady_clock::now() + poll_;
-  unsigned step = 0;
-  while (queued_.load(std::memory_order_acquire) == 0 &&
-         !stopping_.load(std::memory_order_relaxed) &&
-         std::chrono::steady_clock::now() < spin_until) {
-    PollStep(step);
-  }
+  PollFor(poll_, [&] {
+    return queued_.load(std::memory_order_acquire) > 0 ||
+           stopping_.load(std::memory_order_relaxed);
+  });
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
   if (jobs_.empty()) return false;  // stopping, and everything queued has been taken
@@ -178,12 +180,7 @@ void DeviceWorker::LaunchLoop(Lane& lane, int completion_threads,
   for (;;) {
     // Both contexts busy: poll for one to come free as TakeJob polls the queue. Under load this
     // is the wait that paces the lane, and a futex wake-up would add its latency to every cycle.
-    const auto spin_until = std::chrono::steady_clock::now() + poll_;
-    unsigned step = 0;
-    while (lane.free_count.load(std::memory_order_acquire) == 0 &&
-           std::chrono::steady_clock::now() < spin_until) {
-      PollStep(step);
-    }
+    PollFor(poll_, [&] { return lane.free_count.load(std::memory_order_acquire) > 0; });
     {
       std::unique_lock<std::mutex> lock(lane.mu);
       lane.slot_freed.wait(lock, [&] { return !lane.free_slots.empty(); });
@@ -223,13 +220,10 @@ void DeviceWorker::CompletionLoop(Lane& lane) {
   for (;;) {
     // As the launch thread does for the queue: a job launched within poll_ of the last one's
     // completion is taken without a futex wake-up.
-    const auto spin_until = std::chrono::steady_clock::now() + poll_;
-    unsigned step = 0;
-    while (lane.pending_count.load(std::memory_order_acquire) == 0 &&
-           !stopping_.load(std::memory_order_relaxed) &&
-           std::chrono::steady_clock::now() < spin_until) {
-      PollStep(step);
-    }
+    PollFor(poll_, [&] {
+      return lane.pending_count.load(std::memory_order_acquire) > 0 ||
+             stopping_.load(std::memory_order_relaxed);
+    });
     Lane::Pending p;
     {
       std::unique_lock<std::mutex> lock(lane.mu);

@@ -54,9 +54,8 @@ class DeviceWorker {
   // cannot. After each job a launch thread polls the queue (or, with both contexts busy, for
   // one to come free) for `poll` before it sleeps on a condition variable: a request that
   // arrives within that window starts without a futex wake-up, at the cost of a core spinning
-  // while requests keep coming. `max_queue`
-  // bounds the jobs waiting and in flight on all lanes together. `completion_threads` per lane
-  // finish its jobs, in parallel.
+  // while requests keep coming. `max_queue` bounds the jobs waiting and in flight on all lanes
+  // together. `completion_threads` per lane finish its jobs, in parallel.
   static absl::StatusOr<std::unique_ptr<DeviceWorker>> Start(
       Backend& backend, int lanes, int max_queue,
       std::chrono::microseconds poll = std::chrono::microseconds(2000),
