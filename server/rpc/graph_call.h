@@ -48,6 +48,9 @@ class GraphCall : public grpc::ServerUnaryReactor {
   void Reply(const absl::Status& s);
   void Finish(const absl::Status& s);
   void OnDone() override;
+  void Mark(RequestTrace::Stage stage) {
+    if (trace_ != nullptr) trace_->Mark(stage);
+  }
 
   const absl::string_view rpc_;
   const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
@@ -55,6 +58,7 @@ class GraphCall : public grpc::ServerUnaryReactor {
   LaunchState launch_;
   ExecuteResult result_;
   double queue_us_ = 0;
+  RequestTrace::Record* const trace_;  // nullptr: not traced
 };
 
 }  // namespace opserve

@@ -21,6 +21,7 @@
 #include "server/engine/metrics.h"
 #include "server/engine/plan.h"
 #include "server/rpc/request_parsing.h"
+#include "server/rpc/request_trace.h"
 #include "server/engine/tensor_store.h"
 #include "server/rpc/transfer_pool.h"
 
@@ -33,6 +34,8 @@ struct ServiceOptions {
   std::map<std::string, std::string> tokens;
   // Test builds: "op/algorithm" whose every run fails as a faulty kernel would.
   std::string fail_algorithm;
+  // Where graph calls record their timelines (--trace_requests); nullptr: nowhere.
+  RequestTrace* trace = nullptr;
 };
 
 class OpServeService final
