@@ -4,9 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstring>
 #include <exception>
-#include <condition_variable>
 #include <fstream>
 #include <mutex>
 #include <sstream>
