@@ -4,11 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <condition_variable>
 #include <cstring>
 #include <exception>
 #include <fstream>
-#include <mutex>
 #include <sstream>
 #include <utility>
 
@@ -431,28 +429,12 @@ absl::StatusOr<std::vector<v1::TensorInfo>> Client::ListTensors(const CallOption
                                      std::make_move_iterator(response.mutable_tensors()->end()));
 }
 
-// Through the callback API, the calling thread waiting for the callback: under concurrent calls
-// on one channel this served more requests a second than the blocking stub did, in the same
-// windows (PERFORMANCE.md, "The service under concurrent load"). The callback signals under the
-// lock, so nothing it touches is gone before it returns.
 absl::StatusOr<v1::ExecuteResponse> Client::Execute(const v1::ExecuteRequest& request,
                                                     const CallOptions& call) {
   grpc::ClientContext context;
   Prepare(&context, call);
   v1::ExecuteResponse response;
-  std::mutex mu;
-  std::condition_variable cv;
-  std::optional<grpc::Status> status;
-  stub_->async()->Execute(&context, &request, &response, [&](grpc::Status s) {
-    std::lock_guard<std::mutex> lock(mu);
-    status = std::move(s);
-    cv.notify_one();
-  });
-  {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return status.has_value(); });
-  }
-  RETURN_IF_ERROR(ToAbslStatus(*status));
+  RETURN_IF_ERROR(ToAbslStatus(stub_->Execute(&context, request, &response)));
   return response;
 }
 
