@@ -10,8 +10,7 @@ import argparse
 import csv
 import sys
 
-STAGES = ["received", "planned", "launch_begin", "launch_end", "wait_begin", "completed",
-          "reply_begin", "finished", "done"]
+SUFFIX = "_ns"
 
 
 def pct(values, q):
@@ -21,8 +20,10 @@ def pct(values, q):
 
 def summarise(path, skip, gap_us):
     with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    calls = [[int(r[s + "_ns"]) for s in STAGES] for r in rows]
+        reader = csv.DictReader(f)
+        # The stages as the server names them, in the order it lists them.
+        stages = [c[:-len(SUFFIX)] for c in reader.fieldnames if c.endswith(SUFFIX)]
+        calls = [[int(r[s + SUFFIX]) for s in stages] for r in reader]
     calls = [c for c in calls if all(t > 0 for t in c)][skip:]  # completed calls, warm
     if len(calls) < 2:
         print(f"== {path}: {len(calls)} completed calls after the first {skip}: nothing to summarise")
@@ -31,8 +32,8 @@ def summarise(path, skip, gap_us):
     wall_s = (calls[-1][0] - calls[0][0]) / 1e9
     print(f"== {path}: {len(calls)} calls in {wall_s:.2f} s ({len(calls) / wall_s:.0f} a second)")
     print(f"  {'stage':28s} {'p10 us':>8s} {'p50 us':>8s} {'p90 us':>8s} {'mean us':>8s}")
-    spans = [(f"{a} -> {b}", i, i + 1) for i, (a, b) in enumerate(zip(STAGES, STAGES[1:]))]
-    spans.append(("received -> finished (server)", 0, STAGES.index("finished")))
+    spans = [(f"{a} -> {b}", i, i + 1) for i, (a, b) in enumerate(zip(stages, stages[1:]))]
+    spans.append(("received -> finished (server)", 0, stages.index("finished")))
     for name, a, b in spans:
         us = [(c[b] - c[a]) / 1e3 for c in calls]
         print(f"  {name:28s} {pct(us, .1):8.1f} {pct(us, .5):8.1f} {pct(us, .9):8.1f} "
@@ -50,7 +51,7 @@ def summarise(path, skip, gap_us):
     print(f"  arrivals: no call for over {gap_us:.0f} us during {quiet / 1e3 / (wall_s * 1e3):.0%} "
           f"of the time; bursts between such gaps: p50 {pct(bursts, .5)} calls, p90 "
           f"{pct(bursts, .9)}")
-    starts = sorted(c[STAGES.index("launch_begin")] for c in calls)
+    starts = sorted(c[stages.index("launch_begin")] for c in calls)
     spacing = [(starts[i] - starts[i - 1]) / 1e3 for i in range(1, len(starts))
                if starts[i] - starts[i - 1] <= gap_us * 1e3]
     print(f"  launches within a burst: one every {pct(spacing, .5):.1f} us (p50)")
