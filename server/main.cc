@@ -53,7 +53,7 @@ ABSL_FLAG(int, lanes, 0,
           "taking requests from one queue: 1 to 64 (0: 2 on a GPU, 1 on the CPU, at most "
           "--max_inflight)");
 ABSL_FLAG(int, graph_cache, 64,
-          "CUDA graphs kept per execution context (two per lane) for replay: a graph of two or "
+          "CUDA graphs kept per execution context (--lane_contexts per lane) for replay: a graph of two or "
           "more nodes received again with the same signature runs as one launch; 0 to 1024 (0: "
           "every node launched on its own)");
 ABSL_FLAG(int, worker_poll_us, 2000,
@@ -63,6 +63,10 @@ ABSL_FLAG(int, worker_poll_us, 2000,
 ABSL_FLAG(int, completion_threads, opserve::DeviceWorker::kDefaultCompletionThreads,
           "threads per lane that wait for its requests' device work and send their replies: 1 "
           "to 8 (with 2, one replies while the other waits for the next request)");
+ABSL_FLAG(int, lane_contexts, opserve::DeviceWorker::kDefaultContextsPerLane,
+          "execution contexts per lane, each one request in flight on the lane's stream with its "
+          "own timing marks, scratch and graph cache: 1 to 8 (more let a lane launch a burst of "
+          "requests while earlier ones still complete)");
 ABSL_FLAG(uint64_t, max_message_bytes, 256ull << 20, "largest gRPC message, either direction");
 ABSL_FLAG(std::string, trace_requests, "",
           "write each Execute and ModelInfer call's timeline (the moment it passed each stage, "
@@ -259,6 +263,16 @@ absl::StatusOr<int> CompletionThreadsFromFlags() {
   return threads;
 }
 
+absl::StatusOr<int> LaneContextsFromFlags() {
+  const int contexts = absl::GetFlag(FLAGS_lane_contexts);
+  if (contexts < 1 || contexts > opserve::DeviceWorker::kMaxContextsPerLane) {
+    return absl::InvalidArgumentError(absl::StrCat("--lane_contexts must be 1 to ",
+                                                   opserve::DeviceWorker::kMaxContextsPerLane,
+                                                   ", got ", contexts));
+  }
+  return contexts;
+}
+
 absl::StatusOr<ServiceOptions> ServiceOptionsFromFlags(uint64_t budget) {
   // A limit of 0 would start a server that refuses every request: say so at start-up instead.
   struct AtLeast {
@@ -417,6 +431,11 @@ int Run() {
     std::cerr << "opserve: " << completion_threads.status() << std::endl;
     return 2;
   }
+  auto lane_contexts = LaneContextsFromFlags();
+  if (!lane_contexts.ok()) {
+    std::cerr << "opserve: " << lane_contexts.status() << std::endl;
+    return 2;
+  }
   if (metrics) metrics->InitLanes(lanes);
   std::cerr << "opserve: " << lanes << (lanes == 1 ? " lane" : " lanes") << std::endl;
   Metrics* lane_metrics = metrics.get();
@@ -426,7 +445,7 @@ int Run() {
       [lane_metrics](int lane, int running) {
         if (lane_metrics != nullptr) lane_metrics->SetLaneInflight(lane, running);
       },
-      *completion_threads);
+      *completion_threads, *lane_contexts);
   if (!device_or.ok()) {
     std::cerr << "opserve: device worker: " << device_or.status() << std::endl;
     return 2;

@@ -16,12 +16,13 @@ namespace opserve {
 class Device {
  public:
   // Starts the worker (see DeviceWorker::Start for `lanes`, `max_queue`, `poll`, `observer`,
-  // `completion_threads`).
+  // `completion_threads`, `contexts`).
   static absl::StatusOr<std::unique_ptr<Device>> Start(
       std::unique_ptr<Backend> backend, int lanes, int max_queue,
       std::chrono::microseconds poll = std::chrono::microseconds(2000),
       DeviceWorker::LaneObserver observer = nullptr,
-      int completion_threads = DeviceWorker::kDefaultCompletionThreads);
+      int completion_threads = DeviceWorker::kDefaultCompletionThreads,
+      int contexts = DeviceWorker::kDefaultContextsPerLane);
 
   Backend& backend() { return *backend_; }
   const Backend& backend() const { return *backend_; }

@@ -68,7 +68,8 @@ absl::StatusOr<std::unique_ptr<DeviceWorker>> DeviceWorker::Start(Backend& backe
                                                                   int max_queue,
                                                                   std::chrono::microseconds poll,
                                                                   LaneObserver observer,
-                                                                  int completion_threads) {
+                                                                  int completion_threads,
+                                                                  int contexts) {
   if (lanes < 1) {
     return absl::InvalidArgumentError(absl::StrCat("lanes must be at least 1, got ", lanes));
   }
@@ -76,13 +77,17 @@ absl::StatusOr<std::unique_ptr<DeviceWorker>> DeviceWorker::Start(Backend& backe
     return absl::InvalidArgumentError(
         absl::StrCat("completion threads must be at least 1, got ", completion_threads));
   }
+  if (contexts < 1 || contexts > kMaxContextsPerLane) {
+    return absl::InvalidArgumentError(absl::StrCat("contexts per lane must be 1 to ",
+                                                   kMaxContextsPerLane, ", got ", contexts));
+  }
   std::unique_ptr<DeviceWorker> w(new DeviceWorker(backend, max_queue, poll, std::move(observer)));
   std::vector<std::promise<absl::Status>> started(lanes);
   for (int i = 0; i < lanes; ++i) w->lanes_.push_back(std::make_unique<Lane>(i));
   for (int i = 0; i < lanes; ++i) {
     w->lanes_[i]->launch_thread =
         std::thread(&DeviceWorker::LaunchLoop, w.get(), std::ref(*w->lanes_[i]),
-                    completion_threads, &started[i]);
+                    completion_threads, contexts, &started[i]);
     NameThread(w->lanes_[i]->launch_thread, absl::StrCat("lane", i, "-launch"));
   }
   absl::Status status;
@@ -157,12 +162,12 @@ bool DeviceWorker::TakeJob(AsyncJob* job) {
   return true;
 }
 
-void DeviceWorker::LaunchLoop(Lane& lane, int completion_threads,
+void DeviceWorker::LaunchLoop(Lane& lane, int completion_threads, int contexts,
                               std::promise<absl::Status>* started) {
   // The lane's contexts share the first one's stream: its requests run in arrival order.
   std::vector<std::unique_ptr<ExecEnv>> envs;
   absl::Status status;
-  for (int s = 0; s < kSlotsPerLane && status.ok(); ++s) {
+  for (int s = 0; s < contexts && status.ok(); ++s) {
     auto env = backend_.NewExecEnv(envs.empty() ? nullptr : envs.front().get());
     status = env.status();
     if (env.ok()) envs.push_back(*std::move(env));
@@ -178,7 +183,7 @@ void DeviceWorker::LaunchLoop(Lane& lane, int completion_threads,
   }
 
   for (;;) {
-    // Both contexts busy: poll for one to come free as TakeJob polls the queue. Under load this
+    // Every context busy: poll for one to come free as TakeJob polls the queue. Under load this
     // is the wait that paces the lane, and a futex wake-up would add its latency to every cycle.
     PollFor(poll_, [&] { return lane.free_count.load(std::memory_order_acquire) > 0; });
     {

@@ -3,8 +3,8 @@
 // completion threads that each take the next job launched, wait for its work to end, finish it
 // and hand its reply over (to gRPC, which sends it on that thread). With two, one replies
 // while the other already waits for the next job's work.
-// A lane has kSlotsPerLane execution contexts (timing events, scratch, staging) on its stream,
-// so its launch thread queues the next request while the completion thread waits for the last:
+// A lane has several execution contexts (timing events, scratch, staging) on its stream, so its
+// launch thread queues the next request while a completion thread waits for the last:
 // no thread that launches work ever waits for the device at the end of a request. gRPC threads
 // hand work over here and never wait on the device themselves. The queue is bounded: a full
 // queue answers RESOURCE_EXHAUSTED instead of growing.
@@ -29,9 +29,13 @@ namespace opserve {
 
 class DeviceWorker {
  public:
-  // Requests a lane may have queued on its stream at once: one the device runs while the next
-  // is launched behind it. More would only lengthen the wait in the stream.
-  static constexpr int kSlotsPerLane = 2;
+  // Requests a lane may have queued on its stream at once by default. A context is held from
+  // its launch until a completion thread has finished it (launch, device, outputs: 17.7 us for a
+  // small request on the lent H200), so with two a lane launched a burst at one request per
+  // 9.9 us where the device took one per 6.6 us; four measured better at 64 clients and no worse
+  // at 16 (PERFORMANCE.md, issue 14).
+  static constexpr int kDefaultContextsPerLane = 4;
+  static constexpr int kMaxContextsPerLane = 8;
   // Completion threads per lane by default; see Start.
   static constexpr int kDefaultCompletionThreads = 2;
 
@@ -46,7 +50,7 @@ class DeviceWorker {
   // A job in one piece (warm-up, tests): runs on the launch thread, waits for its own work.
   using Job = std::function<Completion(ExecEnv&)>;
 
-  // Called with (lane, jobs in flight on it: 0 to kSlotsPerLane) whenever a lane starts or ends
+  // Called with (lane, jobs in flight on it: 0 to the contexts per lane) whenever a lane starts or ends
   // a job; for the metrics. Runs on the lane's threads, in the order of the changes.
   using LaneObserver = std::function<void(int lane, int running)>;
 
@@ -55,11 +59,13 @@ class DeviceWorker {
   // one to come free) for `poll` before it sleeps on a condition variable: a request that
   // arrives within that window starts without a futex wake-up, at the cost of a core spinning
   // while requests keep coming. `max_queue` bounds the jobs waiting and in flight on all lanes
-  // together. `completion_threads` per lane finish its jobs, in parallel.
+  // together. `completion_threads` per lane finish its jobs, in parallel; `contexts` per lane
+  // (1 to kMaxContextsPerLane) bound its jobs in flight.
   static absl::StatusOr<std::unique_ptr<DeviceWorker>> Start(
       Backend& backend, int lanes, int max_queue,
       std::chrono::microseconds poll = std::chrono::microseconds(2000),
-      LaneObserver observer = nullptr, int completion_threads = kDefaultCompletionThreads);
+      LaneObserver observer = nullptr, int completion_threads = kDefaultCompletionThreads,
+      int contexts = kDefaultContextsPerLane);
   ~DeviceWorker();
 
   // Queues a job. RESOURCE_EXHAUSTED when `max_queue` jobs are already waiting or in flight;
@@ -76,7 +82,8 @@ class DeviceWorker {
   DeviceWorker(Backend& backend, int max_queue, std::chrono::microseconds poll,
                LaneObserver observer);
   bool TakeJob(AsyncJob* job);
-  void LaunchLoop(Lane& lane, int completion_threads, std::promise<absl::Status>* started);
+  void LaunchLoop(Lane& lane, int completion_threads, int contexts,
+                  std::promise<absl::Status>* started);
   void CompletionLoop(Lane& lane);
 
   Backend& backend_;

@@ -45,7 +45,7 @@ class Metrics {
   // Makes the lane series exist at 0 for lanes 0 .. lanes - 1 (call once, before
   // SetLaneInflight).
   void InitLanes(int lanes);
-  // Jobs in flight on `lane` now (0 to DeviceWorker::kSlotsPerLane).
+  // Jobs in flight on `lane` now (0 to its contexts, --lane_contexts).
   void SetLaneInflight(int lane, int running);
   // How a request ran where the device keeps CUDA graphs: "hit", "rebound", "miss" or "direct"
   // (opserve_graph_replays_total).

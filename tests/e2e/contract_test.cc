@@ -438,13 +438,13 @@ TEST_F(OneLaneContractTest, DeadlinePassedInTheQueueRunsNothing) {
   // The long nodes go first; then one whose deadline ends while it waits behind them.
   std::atomic<int> sent{0};
   std::vector<std::thread> busy;
-  for (int i = 0; i < DeviceWorker::kSlotsPerLane; ++i) {
+  for (int i = 0; i < DeviceWorker::kDefaultContextsPerLane; ++i) {
     busy.emplace_back([&, i] {
       ++sent;
       EXPECT_TRUE(client().Execute(SlowChain(*slow, 1, "BUSY" + std::to_string(i))).ok());
     });
   }
-  while (sent.load() < DeviceWorker::kSlotsPerLane) std::this_thread::yield();
+  while (sent.load() < DeviceWorker::kDefaultContextsPerLane) std::this_thread::yield();
   std::this_thread::sleep_for(std::chrono::duration<double>(0.2 * slow->seconds));
   const absl::Status s = client()
                              .Execute(SlowChain(*slow, 1, "OUT"),
@@ -458,7 +458,7 @@ TEST_F(OneLaneContractTest, DeadlinePassedInTheQueueRunsNothing) {
             << " s" << std::endl;
   EXPECT_LT(next_s, 0.5 * slow->seconds + 0.3) << "the expired request ran after all";
   EXPECT_FALSE(IsStored(client(), "OUT")) << "the expired request stored its output";
-  for (int i = 0; i < DeviceWorker::kSlotsPerLane; ++i) {
+  for (int i = 0; i < DeviceWorker::kDefaultContextsPerLane; ++i) {
     const std::string name = "BUSY" + std::to_string(i);
     ASSERT_TRUE(IsStored(client(), name));
     ASSERT_TRUE(client().DeleteTensor(name).ok());

@@ -11,9 +11,11 @@
 #include <latch>
 #include <mutex>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "server/engine/cpu_backend.h"
 #include "server/engine/device_worker.h"
 
@@ -126,70 +128,82 @@ TEST(DeviceWorkerTest, ZeroLanesIsRefused) {
 namespace opserve {
 namespace {
 
-// A lane launches the next job while the last one's completion waits (here for a latch, on the
-// GPU for the device): the second job's launch half runs before the first job finishes. A third
-// waits for a free context: a lane holds kSlotsPerLane jobs, no more.
-TEST(DeviceWorkerTest, ALaneLaunchesTheNextJobWhileTheLastCompletes) {
-  static_assert(DeviceWorker::kSlotsPerLane == 2, "the test holds both contexts of one lane");
+// A lane launches the next jobs while the first one's completion waits (here for a latch, on the
+// GPU for the device): jobs 2..N launch before job 1 finishes. Job N+1 waits for a free context:
+// a lane of N contexts holds N jobs, no more.
+class LaneContextsTest : public ::testing::TestWithParam<int> {};
+
+// A lane that launched fewer jobs than it has contexts would leave this waiting: it gives up
+// after a while so that the test fails rather than hangs.
+bool WaitFor(std::latch& latch) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!latch.try_wait()) {
+    if (std::chrono::steady_clock::now() > give_up) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+TEST_P(LaneContextsTest, ALaneLaunchesTheNextJobsWhileTheFirstCompletes) {
+  const int contexts = GetParam();
   std::unique_ptr<Backend> backend = MakeCpuBackend(0);
   std::mutex mu;
   std::vector<int> most_in_flight;
   // One completion thread: completions then run in launch order.
   auto worker = DeviceWorker::Start(
-      *backend, /*lanes=*/1, /*max_queue=*/8, std::chrono::microseconds(0),
+      *backend, /*lanes=*/1, /*max_queue=*/16, std::chrono::microseconds(0),
       [&](int, int running) {
         std::lock_guard<std::mutex> lock(mu);
         most_in_flight.push_back(running);
       },
-      /*completion_threads=*/1);
+      /*completion_threads=*/1, contexts);
   ASSERT_TRUE(worker.ok()) << worker.status();
-  std::latch second_launched(1), release_first(1);
-  std::atomic<int> third_launched{0};
+  std::latch others_launched(contexts - 1), release_first(1);
+  std::atomic<int> extra_launched{0};
   std::set<ExecEnv*> envs;
   std::vector<int> order;  // job ids in the order their completions ran
-  auto record = [&](ExecEnv& env) {
-    std::lock_guard<std::mutex> lock(mu);
-    envs.insert(&env);
+  auto job = [&](int id) {
+    return [&, id](ExecEnv& env) -> DeviceWorker::Finisher {
+      if (id > contexts) {
+        ++extra_launched;
+      } else {
+        std::lock_guard<std::mutex> lock(mu);
+        envs.insert(&env);
+      }
+      if (id > 1 && id <= contexts) others_launched.count_down();
+      return [&, id](ExecEnv&) -> DeviceWorker::Completion {
+        if (id == 1) {
+          (void)WaitFor(others_launched);  // the device, still busy with job 1
+          (void)WaitFor(release_first);
+        }
+        return [&, id] { std::lock_guard<std::mutex> l(mu); order.push_back(id); };
+      };
+    };
   };
-  ASSERT_TRUE((*worker)
-                  ->SubmitAsync([&](ExecEnv& env) -> DeviceWorker::Finisher {
-                    record(env);
-                    return [&](ExecEnv&) -> DeviceWorker::Completion {
-                      second_launched.wait();  // the device, still busy with job 1
-                      release_first.wait();
-                      return [&] { std::lock_guard<std::mutex> l(mu); order.push_back(1); };
-                    };
-                  })
-                  .ok());
-  ASSERT_TRUE((*worker)
-                  ->SubmitAsync([&](ExecEnv& env) -> DeviceWorker::Finisher {
-                    record(env);
-                    second_launched.count_down();
-                    return [&](ExecEnv&) -> DeviceWorker::Completion {
-                      return [&] { std::lock_guard<std::mutex> l(mu); order.push_back(2); };
-                    };
-                  })
-                  .ok());
-  ASSERT_TRUE((*worker)
-                  ->SubmitAsync([&](ExecEnv&) -> DeviceWorker::Finisher {
-                    ++third_launched;
-                    return [&](ExecEnv&) -> DeviceWorker::Completion {
-                      return [&] { std::lock_guard<std::mutex> l(mu); order.push_back(3); };
-                    };
-                  })
-                  .ok());
-  second_launched.wait();  // would never return if the lane waited for job 1's completion
+  for (int id = 1; id <= contexts + 1; ++id) ASSERT_TRUE((*worker)->SubmitAsync(job(id)).ok());
+  // Never true if the lane waited for job 1's completion, or had fewer contexts.
+  EXPECT_TRUE(WaitFor(others_launched)) << "jobs 2.." << contexts << " did not all launch";
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  EXPECT_EQ(third_launched.load(), 0) << "a third job launched while both contexts were held";
-  EXPECT_EQ((*worker)->depth(), 3);
+  EXPECT_EQ(extra_launched.load(), 0) << "a job launched while all " << contexts
+                                      << " contexts were held";
+  EXPECT_EQ((*worker)->depth(), contexts + 1);
   release_first.count_down();
   (*worker)->Shutdown();
-  EXPECT_EQ(third_launched.load(), 1);
-  EXPECT_EQ(order, (std::vector<int>{1, 2, 3})) << "completions ran out of launch order";
-  EXPECT_EQ(envs.size(), 2u) << "the two jobs in flight shared a context";
+  EXPECT_EQ(extra_launched.load(), 1);
+  std::vector<int> want(contexts + 1);
+  for (int i = 0; i < contexts + 1; ++i) want[i] = i + 1;
+  EXPECT_EQ(order, want) << "completions ran out of launch order";
+  EXPECT_EQ(envs.size(), static_cast<size_t>(contexts)) << "jobs in flight shared a context";
   std::lock_guard<std::mutex> lock(mu);
-  EXPECT_NE(std::find(most_in_flight.begin(), most_in_flight.end(), 2), most_in_flight.end());
+  EXPECT_EQ(*std::max_element(most_in_flight.begin(), most_in_flight.end()), contexts);
 }
+
+INSTANTIATE_TEST_SUITE_P(Contexts, LaneContextsTest,
+                         ::testing::Values(1, 2, DeviceWorker::kDefaultContextsPerLane,
+                                           DeviceWorker::kMaxContextsPerLane),
+                         [](const ::testing::TestParamInfo<int>& p) {
+                           return std::to_string(p.param);
+                         });
 
 // With two completion threads, one job's reply does not hold up the next job's completion:
 // here the first reply waits until the second job has replied, which one thread could never do.
@@ -228,6 +242,17 @@ TEST(DeviceWorkerTest, ZeroCompletionThreadsIsRefused) {
   auto worker = DeviceWorker::Start(*backend, /*lanes=*/1, /*max_queue=*/4,
                                     std::chrono::microseconds(0), nullptr, /*completion_threads=*/0);
   EXPECT_EQ(worker.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(DeviceWorkerTest, ContextsOutsideTheirRangeAreRefused) {
+  std::unique_ptr<Backend> backend = MakeCpuBackend(0);
+  for (int contexts : {0, DeviceWorker::kMaxContextsPerLane + 1}) {
+    auto worker = DeviceWorker::Start(*backend, /*lanes=*/1, /*max_queue=*/4,
+                                      std::chrono::microseconds(0), nullptr,
+                                      /*completion_threads=*/1, contexts);
+    EXPECT_EQ(worker.status().code(), absl::StatusCode::kInvalidArgument) << contexts;
+    if (!worker.ok()) EXPECT_TRUE(absl::StrContains(worker.status().message(), "contexts")) << contexts;
+  }
 }
 
 }  // namespace
