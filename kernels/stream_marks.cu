@@ -12,9 +12,12 @@ __device__ __forceinline__ uint64_t GlobalTimer() {
 __global__ void timestamp_kernel(uint64_t* dst) { *dst = GlobalTimer(); }
 
 // 16-byte words where both ends allow them, bytes for the rest.
+// Every block starts after the work before it on the stream has ended, so the first thread's
+// first read of the timer stands for that moment.
 __global__ void copy_to_host_kernel(const unsigned char* src, unsigned char* dst, uint64_t bytes,
-                                    bool vector) {
+                                    bool vector, uint64_t* stamp) {
   const uint64_t tid = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x;
+  if (stamp != nullptr && tid == 0) *stamp = GlobalTimer();
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
   uint64_t done = 0;
   if (vector) {
@@ -49,14 +52,16 @@ cudaError_t LaunchTimestamp(uint64_t* dst, cudaStream_t stream) {
   return LastLaunchError();
 }
 
-cudaError_t LaunchCopyToHost(const void* src, void* dst, uint64_t bytes, cudaStream_t stream) {
-  if (bytes == 0) return cudaSuccess;
+cudaError_t LaunchCopyToHost(const void* src, void* dst, uint64_t bytes, cudaStream_t stream,
+                             uint64_t* stamp) {
+  if (bytes == 0) return stamp != nullptr ? LaunchTimestamp(stamp, stream) : cudaSuccess;
   const bool vector = (reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst)) % 16 == 0;
   constexpr int kThreads = 256;
   const uint64_t per_thread = vector ? 16 : 1;
   const uint64_t blocks = CeilDiv<uint64_t>(CeilDiv<uint64_t>(bytes, per_thread), kThreads);
   copy_to_host_kernel<<<static_cast<unsigned>(blocks < 64 ? blocks : 64), kThreads, 0, stream>>>(
-      static_cast<const unsigned char*>(src), static_cast<unsigned char*>(dst), bytes, vector);
+      static_cast<const unsigned char*>(src), static_cast<unsigned char*>(dst), bytes, vector,
+      stamp);
   return LastLaunchError();
 }
 

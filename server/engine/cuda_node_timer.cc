@@ -21,6 +21,7 @@ void CudaNodeTimer::Init(int nodes) {
 
 void CudaNodeTimer::BeginRequest(int num_nodes) {
   stamps_.assign(num_nodes, {nullptr, nullptr});
+  pending_ = nullptr;
   // A graph stamps each node's two boundaries at most.
   const int need = 2 * num_nodes;
   if (!use_stamps_ || need <= capacity_) return;
@@ -51,10 +52,16 @@ void CudaNodeTimer::Mark(int i, bool end, cudaStream_t stream, cudaStream_t capt
   }
   if (last_stamp_ == nullptr) {
     uint64_t* slot = areas_.back() + next_stamp_++;
-    (void)kernels::LaunchTimestamp(slot, capture);  // an error here fails the capture
+    pending_ = slot;  // written by what is queued next (Flush, TakePending)
     last_stamp_ = slot;
   }
   (end ? stamps_[i].second : stamps_[i].first) = last_stamp_;
+}
+
+void CudaNodeTimer::Flush(cudaStream_t capture) {
+  if (pending_ == nullptr) return;
+  (void)kernels::LaunchTimestamp(pending_, capture);  // an error here fails the capture
+  pending_ = nullptr;
 }
 
 std::vector<double> CudaNodeTimer::Seconds(int num_nodes) {

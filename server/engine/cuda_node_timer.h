@@ -4,8 +4,10 @@
 // CUDA graph, events would be external event record nodes, which cost the device about 2.8 us
 // each and the graph launch about 1.5 us more on the host; there the node boundaries are
 // timestamp kernels instead (kernels/stream_marks.h), one per boundary: a node's end is the next
-// node's start, and a boundary with nothing queued since the last one reuses its stamp. The
-// stamps land in page-locked memory that the host reads after the request's wait.
+// node's start, and a boundary with nothing queued since the last one reuses its stamp. A stamp
+// is written by whatever is queued next: a timestamp kernel (Flush), or the kernel that copies
+// an output to the host (TakePending), which saves the graph a kernel. The stamps land in
+// page-locked memory that the host reads after the request's wait.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -40,6 +42,17 @@ class CudaNodeTimer {
   void BeginCapture() {
     next_stamp_ = 0;
     last_stamp_ = nullptr;
+    pending_ = nullptr;
+  }
+  // Before work is queued on the capture stream: the last boundary's stamp, if nothing has
+  // written it yet, is written now by a timestamp kernel. Also at the end of a capture.
+  void Flush(cudaStream_t capture);
+  // The last boundary's stamp, if nothing has written it yet, for the kernel queued next to
+  // write (the caller then calls Queued); nullptr if there is none.
+  uint64_t* TakePending() {
+    uint64_t* p = pending_;
+    pending_ = nullptr;
+    return p;
   }
   // Work was queued on the capture stream since the last boundary.
   void Queued() { last_stamp_ = nullptr; }
@@ -63,6 +76,7 @@ class CudaNodeTimer {
   int capacity_ = 0;  // stamps in areas_.back()
   int next_stamp_ = 0;
   const uint64_t* last_stamp_ = nullptr;  // the boundary nothing has been queued after
+  uint64_t* pending_ = nullptr;           // its stamp, when nothing is queued to write it yet
 };
 
 }  // namespace opserve
