@@ -138,6 +138,9 @@ Options ParseArgs(int argc, char** argv) {
       o.load_seconds = std::atof(v);
     } else if (const char* v = val("--load_rounds=")) {
       o.load_rounds = std::atoi(v);
+    } else if (const char* v = val("--load_channels=")) {
+      o.load_channels = std::atoi(v);
+      if (o.load_channels < 1) Die(absl::StrCat("--load_channels wants 1 or more, got ", v));
     } else if (const char* v = val("--load_variant=")) {
       const std::string spec = v;
       const size_t colon = spec.find(':');
@@ -165,6 +168,7 @@ Options ParseArgs(int argc, char** argv) {
           "              [--service]\n"
           "              [--load_lanes=1,2,4] [--load_conc=1,16,64] [--load_workloads=10x2048,...]\n"
           "              [--load_seconds=S] [--load_rounds=N] [--load_variant=LABEL:ARG,ARG ...]\n"
+          "              [--load_channels=N (targets only at 1)]\n"
           "              [--quick]\n"
           "              [--out=DIR] [--reps=N>=20] [--algos=a,b,auto] [--shapes=LABEL,...]\n"
           "              [--opserve=PATH] [--transpose-sweep] [--chunk_bytes=N]\n"
@@ -278,6 +282,7 @@ int main(int argc, char** argv) {
       if (opt.load_seconds > 0) co.seconds = opt.load_seconds;
       co.workloads = opt.load_workloads;
       if (opt.load_rounds > 0) co.rounds = opt.load_rounds;
+      co.channels = opt.load_channels;
       co.variants = opt.load_variants;
       if (!opt.out_dir.empty()) co.windows_csv = opt.out_dir + "/load_windows.csv";
       std::printf("service under concurrent load: lanes %s x concurrency %s\n",

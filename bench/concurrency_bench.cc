@@ -60,11 +60,11 @@ void Drive(int threads, double seconds, Call call, Samples* into, std::string* e
       ThreadResult warm;
       while (Clock::now() < measure_from && warm.error.empty()) {
         warm = ThreadResult();  // only the last call's figures are kept
-        call(warm);
+        call(warm, t);
       }
       // That last call ended after measure_from: it counts.
       results[t] = std::move(warm);
-      while (Clock::now() < until && results[t].error.empty()) call(results[t]);
+      while (Clock::now() < until && results[t].error.empty()) call(results[t], t);
     });
   }
   const auto seconds_to = [](double s) {
@@ -103,8 +103,17 @@ LoadPoint Summarize(const Samples& s) {
 struct Series {
   std::string variant;
   std::string name;  // "health" or the workload's
-  std::function<void(ThreadResult&)> call;
+  std::function<void(ThreadResult&, int thread)> call;
 };
+
+// A server's channels beyond the session's own (ConcurrencyOptions::channels). Each has a
+// subchannel pool of its own, so that gRPC does not share one connection among them.
+struct ExtraChannels {
+  std::vector<std::unique_ptr<client::Client>> clients;
+  std::vector<std::shared_ptr<grpc::Channel>> raw_channels;
+  std::vector<std::unique_ptr<grpc::GenericStub>> raw;
+};
+constexpr char kOwnSubchannelPool[] = "grpc.use_local_subchannel_pool";
 
 // A window's own figures, for the windows CSV.
 struct Window {
@@ -118,15 +127,32 @@ struct Window {
 // stored inputs are named in `stored`; `requests` must not move while the series are in use.
 std::string AddServer(const ConcurrencyOptions& opt, const std::string& variant,
                       const std::vector<std::string>& args, Session& session,
-                      std::deque<v1::ExecuteRequest>& requests, std::vector<std::string>& stored,
-                      std::vector<Series>& series) {
+                      ExtraChannels& extra, std::deque<v1::ExecuteRequest>& requests,
+                      std::vector<std::string>& stored, std::vector<Series>& series) {
   if (std::string err = session.Open(opt.opserve_bin, args); !err.empty()) return err;
+  std::vector<client::Client*> clients = {session.client.get()};
+  std::vector<grpc::GenericStub*> raws = {session.raw.get()};
+  for (int i = 1; i < opt.channels; ++i) {
+    client::ClientOptions co;
+    co.target = absl::StrCat("127.0.0.1:", session.server.port());
+    co.channel_args[kOwnSubchannelPool] = 1;
+    auto conn = client::Client::Connect(co);
+    if (!conn.ok()) return std::string(conn.status().message());
+    clients.push_back(extra.clients.emplace_back(*std::move(conn)).get());
+    grpc::ChannelArguments ca;
+    ca.SetInt(kOwnSubchannelPool, 1);
+    extra.raw_channels.push_back(
+        grpc::CreateCustomChannel(co.target, grpc::InsecureChannelCredentials(), ca));
+    raws.push_back(
+        extra.raw.emplace_back(std::make_unique<grpc::GenericStub>(extra.raw_channels.back())).get());
+  }
   client::Client& c = *session.client;
-  grpc::GenericStub& raw = *session.raw;
-  // The floor: blocking Health/Check calls made the same way, on one channel.
-  series.push_back({variant, "health", [&raw](ThreadResult& r) {
+  // The floor: blocking Health/Check calls made the same way, on the same channels.
+  series.push_back({variant, "health", [raws](ThreadResult& r, int thread) {
                       const auto t0 = Clock::now();
-                      if (!RawHealthCheck(&raw)) r.error = "Health/Check failed";
+                      if (!RawHealthCheck(raws[thread % raws.size()])) {
+                        r.error = "Health/Check failed";
+                      }
                       r.latency_us.push_back(Us(Clock::now() - t0));
                     }});
   for (const Workload& w : kWorkloads) {
@@ -138,9 +164,9 @@ std::string AddServer(const ConcurrencyOptions& opt, const std::string& variant,
     if (!put.ok()) return absl::StrCat("PutTensor ", w.name, ": ", put.status().message());
     stored.push_back(name);
     const v1::ExecuteRequest& req = requests.emplace_back(RowMeanOfStored(name));
-    auto execute = [&c, &req, w](ThreadResult& r) {
+    auto execute = [clients, &req, w](ThreadResult& r, int thread) {
       const auto t0 = Clock::now();
-      auto resp = c.Execute(req);
+      auto resp = clients[thread % clients.size()]->Execute(req);
       const double us = Us(Clock::now() - t0);
       if (!resp.ok() || resp->nodes_size() != 1) {
         r.error = absl::StrCat("Execute ", w.name, ": ",
@@ -153,9 +179,9 @@ std::string AddServer(const ConcurrencyOptions& opt, const std::string& variant,
       r.server_us.push_back(resp->timing().total_us());
       r.queue_us.push_back(resp->timing().queue_us());
     };
-    for (int i = 0; i < 20; ++i) {  // warm: the first calls of a channel and a lane
-      ThreadResult warm;
-      execute(warm);
+    for (int i = 0; i < 20 * static_cast<int>(clients.size()); ++i) {  // warm: the first calls
+      ThreadResult warm;                                                  // of each channel
+      execute(warm, i);
     }
     series.push_back({variant, w.name, execute});
   }
@@ -188,6 +214,11 @@ const LoadPoint* ConcurrencyFigures::Find(const std::string& variant, int lanes,
 
 ConcurrencyFigures RunConcurrencyBench(const ConcurrencyOptions& opt) {
   ConcurrencyFigures f;
+  f.channels = opt.channels;
+  if (opt.channels < 1) {
+    f.error = absl::StrCat("channels must be at least 1, got ", opt.channels);
+    return f;
+  }
   std::vector<Window> windows;
   auto variants = opt.variants;
   if (variants.empty()) variants.push_back({"", {}});
@@ -195,6 +226,7 @@ ConcurrencyFigures RunConcurrencyBench(const ConcurrencyOptions& opt) {
   for (int lanes : opt.lanes) {
     // Every variant's server at once, each with its own client channel shared by its threads.
     std::deque<Session> sessions;
+    std::deque<ExtraChannels> extra;  // after sessions: its channels go before their servers
     std::deque<v1::ExecuteRequest> requests;  // the calls below point into it
     std::vector<std::vector<std::string>> stored(variants.size());
     std::vector<Series> series;
@@ -203,7 +235,7 @@ ConcurrencyFigures RunConcurrencyBench(const ConcurrencyOptions& opt) {
       args.insert(args.end(), variants[v].second.begin(), variants[v].second.end());
       args.push_back(absl::StrCat("--lanes=", lanes));
       if (std::string err = AddServer(opt, variants[v].first, args, sessions.emplace_back(),
-                                      requests, stored[v], series);
+                                      extra.emplace_back(), requests, stored[v], series);
           !err.empty()) {
         f.error = variants[v].first.empty() ? err : absl::StrCat(variants[v].first, ": ", err);
         return f;
@@ -250,7 +282,8 @@ ConcurrencyFigures RunConcurrencyBench(const ConcurrencyOptions& opt) {
 }
 
 void AddConcurrencyTargets(const ConcurrencyFigures& f, Report& rep) {
-  if (!f.ran) return;
+  // The targets are defined on one channel: with more, the figures are for comparison only.
+  if (!f.ran || f.channels != 1) return;
   std::vector<std::pair<std::string, int>> servers;  // (variant, lanes) in the order run
   for (const LoadPoint& p : f.points) {
     const std::pair<std::string, int> s = {p.variant, p.lanes};
@@ -305,8 +338,13 @@ void PrintConcurrency(const ConcurrencyFigures& f, const std::string& csv_path) 
     std::printf("\nconcurrency: not measured: %s\n", f.error.c_str());
     return;
   }
-  std::printf("\nservice under concurrent load (threads on one channel, blocking calls, stored "
-              "inputs):\n");
+  if (f.channels == 1) {
+    std::printf("\nservice under concurrent load (threads on one channel, blocking calls, "
+                "stored inputs):\n");
+  } else {
+    std::printf("\nservice under concurrent load (threads on %d channels, each its own "
+                "connection, blocking calls, stored inputs; no targets):\n", f.channels);
+  }
   // A variant column only when servers were compared (--load_variant).
   int label = 0;
   for (const LoadPoint& p : f.points) label = std::max(label, static_cast<int>(p.variant.size()));

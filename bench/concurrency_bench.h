@@ -1,5 +1,5 @@
 // The service under concurrent load (issue 14's targets): for each lane count, the real `opserve`
-// on loopback, stored row_mean inputs, T threads on one channel each making blocking Execute
+// on loopback, stored row_mean inputs, T threads on one channel (by default) making blocking Execute
 // calls for a fixed time; gRPC's floor measured the same way with Health/Check in the same run.
 // At each concurrency the floor and the workloads take turns in short windows (`rounds` of them
 // each), so that a slow spell of the host falls on all of them.
@@ -26,6 +26,10 @@ struct ConcurrencyOptions {
   // Where every window's own figures go (a CSV), to see the spread the points average over and
   // whether a point depends on the one before it; empty: nowhere.
   std::string windows_csv;
+  // Channels per server, each its own connection, thread t calling on channel t % channels (the
+  // floor's Health/Checks likewise). Issue 14's targets are defined on one; more show what the
+  // server does when calls do not share one connection's reads and writes.
+  int channels = 1;
 };
 
 // One point: a workload at a concurrency on a server of `lanes` lanes ("health": the floor).
@@ -47,6 +51,7 @@ struct LoadPoint {
 
 struct ConcurrencyFigures {
   bool ran = false;
+  int channels = 1;
   std::string error;
   std::vector<LoadPoint> points;
   // The point of (variant, lanes, workload, concurrency), or nullptr.

@@ -64,6 +64,7 @@ struct Options {
   std::set<std::string> load_workloads;  // "10x2048", "4096x4096", ...
   double load_seconds = 0;
   int load_rounds = 0;
+  int load_channels = 1;  // ConcurrencyOptions::channels
   // --load_variant=LABEL:ARG,ARG (repeatable): servers compared in the same windows.
   std::vector<std::pair<std::string, std::vector<std::string>>> load_variants;
 };
