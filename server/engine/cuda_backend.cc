@@ -531,19 +531,14 @@ class CudaExecEnv final : public ExecEnv {
     return Stage(bytes);
   }
   // A small output is copied by a kernel: in a graph a copy node ends about 3 us later than the
-  // kernel does (bench/diag/graph_marks.cu).
-  // In a capture, the copy kernel writes the stamp of the boundary before it, if it is pending.
+  // kernel does (bench/diag/graph_marks.cu). In a capture the kernel also writes the stamp of
+  // the boundary before it, if nothing has yet (stream() then has none to flush).
   absl::Status CopyToStaging(const Buffer& src, void* dst, uint64_t bytes) override {
-    if (bytes <= kKernelCopyMaxBytes && graphs_.capturing()) {
-      uint64_t* stamp = timer_.TakePending();
-      timer_.Queued();
-      return backend_->Check(
-          kernels::LaunchCopyToHost(src.data(), dst, bytes, capture_stream_, stamp),
-          "output download");
-    }
+    const bool by_kernel = bytes <= kKernelCopyMaxBytes;
+    uint64_t* stamp = by_kernel && graphs_.capturing() ? timer_.TakePending() : nullptr;
     auto s = static_cast<cudaStream_t>(stream());
-    return backend_->Check(bytes <= kKernelCopyMaxBytes
-                               ? kernels::LaunchCopyToHost(src.data(), dst, bytes, s)
+    return backend_->Check(by_kernel
+                               ? kernels::LaunchCopyToHost(src.data(), dst, bytes, s, stamp)
                                : cudaMemcpyAsync(dst, src.data(), bytes, cudaMemcpyDeviceToHost, s),
                            "output download");
   }

@@ -240,8 +240,9 @@ void Metrics::Impl::Build(const std::string& backend) {
                   .Add({});
   lane_inflight = &prometheus::BuildGauge()
                        .Name("opserve_lane_inflight")
-                       .Help("Requests in flight on a device lane now: 0, 1, or 2 while one is "
-                             "launched behind the one the device runs.")
+                       .Help("Requests in flight on a device lane now: 0 to its execution "
+                             "contexts (--lane_contexts), those launched behind the one the "
+                             "device runs included.")
                        .Register(*registry);
   auto& graphs = prometheus::BuildCounter()
                      .Name("opserve_graph_replays_total")
