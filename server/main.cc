@@ -67,6 +67,11 @@ ABSL_FLAG(int, lane_contexts, opserve::DeviceWorker::kDefaultContextsPerLane,
           "execution contexts per lane, each one request in flight on the lane's stream with its "
           "own timing marks, scratch and graph cache: 1 to 8 (more let a lane launch a burst of "
           "requests while earlier ones still complete)");
+ABSL_FLAG(int, max_batch_size, 1,
+          "most Execute and ModelInfer calls of one graph signature (structure, shapes, dtypes, "
+          "algorithms) that run as one launch when they wait for the device together: 1 to 64 "
+          "(1: every call runs alone); calls that store outputs or write to shared memory "
+          "always run alone");
 ABSL_FLAG(uint64_t, max_message_bytes, 256ull << 20, "largest gRPC message, either direction");
 ABSL_FLAG(std::string, trace_requests, "",
           "write each Execute and ModelInfer call's timeline (the moment it passed each stage, "
@@ -104,6 +109,8 @@ constexpr int kDefaultCudaLanes = 2;
 // Each lane is a thread, a stream and a cuBLAS workspace outside the memory budget.
 constexpr int kMaxLanes = 64;
 constexpr int kMaxCompletionThreads = 8;
+// A batch's plan holds every member's nodes: bounded, as a graph's nodes are.
+constexpr int kMaxBatchSize = 64;
 // Calls --trace_requests keeps: about ten seconds at full rate, in 22 MiB.
 constexpr size_t kTracedCalls = 1 << 18;
 // A graph holds device memory for its scratch (charged to the budget) and host memory for its
@@ -292,7 +299,13 @@ absl::StatusOr<ServiceOptions> ServiceOptionsFromFlags(uint64_t budget) {
           absl::StrCat(f.flag, " must be at least ", f.min, ", got ", f.value));
     }
   }
+  const int max_batch = absl::GetFlag(FLAGS_max_batch_size);
+  if (max_batch < 1 || max_batch > kMaxBatchSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_batch_size must be 1 to ", kMaxBatchSize, ", got ", max_batch));
+  }
   ServiceOptions options;
+  options.max_batch_size = max_batch;
   options.limits.max_tensor_bytes =
       absl::GetFlag(FLAGS_max_tensor_bytes) ? absl::GetFlag(FLAGS_max_tensor_bytes) : budget;
   options.limits.max_graph_nodes = absl::GetFlag(FLAGS_max_graph_nodes);

@@ -97,6 +97,7 @@ struct ExecuteResult {
   double input_us = 0, compute_us = 0, output_us = 0;
   std::string device;  // where it ran: "cpu", "cuda:0"
   GraphReplay replay = GraphReplay::kNotUsed;
+  int batch_size = 1;  // requests that ran as one plan with this one (server/engine/batch.h)
 };
 
 }  // namespace opserve

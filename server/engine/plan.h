@@ -78,6 +78,9 @@ absl::StatusOr<Plan> BuildPlan(const Graph& graph, const Backend& backend,
                                const TensorStore& store, const Limits& limits,
                                const std::string& tenant = "");
 
+// Plan::signature of `plan`'s nodes as they stand.
+std::string PlanSignature(const Plan& plan);
+
 // An upper bound on what an ExecuteResponse adds to its returned tensors' bytes.
 uint64_t ResponseOverheadBytes(int num_nodes, size_t num_returned);
 

@@ -90,6 +90,7 @@ void ResultToProto(ExecuteResult result, v1::ExecuteResponse* response) {
   timing->set_compute_us(result.compute_us);
   timing->set_output_us(result.output_us);
   response->set_device(std::move(result.device));
+  response->set_batch_size(static_cast<uint32_t>(result.batch_size));
   switch (result.replay) {
     case GraphReplay::kNotUsed: response->set_graph(v1::GRAPH_NOT_USED); break;
     case GraphReplay::kCaptured: response->set_graph(v1::GRAPH_CAPTURED); break;

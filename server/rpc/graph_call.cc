@@ -1,5 +1,7 @@
 #include "server/rpc/graph_call.h"
 
+#include "absl/strings/str_cat.h"
+#include "server/engine/batch.h"
 #include "server/rpc/grpc_status.h"
 
 namespace opserve {
@@ -40,17 +42,106 @@ void GraphCall::Start() {
   if (!plan.ok()) return Finish(plan.status());
   plan_ = std::make_unique<Plan>(*std::move(plan));
   Mark(RequestTrace::kPlanned);
+  if (svc_.batcher().max_size() > 1 && Batchable(*plan_)) return JoinBatch();
   absl::Status queued = svc_.device().SubmitAsync([this](ExecEnv& env) { return Launch(env); });
   if (!queued.ok()) Finish(queued);
 }
 
-DeviceWorker::Finisher GraphCall::Launch(ExecEnv& env) {
+void GraphCall::JoinBatch() {
+  GraphBatcher& b = svc_.batcher();
+  std::string key = absl::StrCat(plan_->tenant.size(), ":", plan_->tenant, plan_->signature);
+  absl::Status queued;
+  {
+    std::lock_guard<std::mutex> lock(b.mu_);
+    auto it = b.open_.find(key);
+    if (it != b.open_.end() && static_cast<int>(it->second->members.size()) < b.max_size()) {
+      it->second->members.push_back(this);
+      return;
+    }
+    auto batch = std::make_shared<GraphBatch>();
+    batch->members.push_back(this);
+    // Under the lock: no call joins a batch whose job was refused.
+    queued = svc_.device().SubmitAsync([svc = &svc_, key, batch](ExecEnv& env) {
+      return LaunchBatch(*svc, key, batch, env);
+    });
+    if (queued.ok()) b.open_[key] = std::move(batch);  // a full batch of the key stays queued
+  }
+  if (!queued.ok()) Finish(queued);
+}
+
+DeviceWorker::Finisher GraphCall::LaunchBatch(OpServeService& svc, const std::string& key,
+                                              const std::shared_ptr<GraphBatch>& batch,
+                                              ExecEnv& env) {
+  {
+    std::lock_guard<std::mutex> lock(svc.batcher().mu_);
+    auto it = svc.batcher().open_.find(key);
+    if (it != svc.batcher().open_.end() && it->second == batch) svc.batcher().open_.erase(it);
+  }
+  if (batch->members.size() == 1) return batch->members.front()->Launch(env);
+
+  // What the members share until their replies: the merged plan and its run.
+  struct Run {
+    std::vector<GraphCall*> live;
+    std::vector<const Plan*> plans;
+    Plan merged;
+    LaunchState launch;
+    ExecuteResult result;
+    absl::Status launched;
+  };
+  auto run = std::make_shared<Run>();
+  std::vector<std::pair<GraphCall*, absl::Status>> gone;  // deadline passed or cancelled
+  for (GraphCall* m : batch->members) {
+    if (absl::Status s = m->BeginLaunch(); !s.ok()) {
+      gone.emplace_back(m, s);
+      continue;
+    }
+    run->live.push_back(m);
+    run->plans.push_back(m->plan_.get());
+  }
+  if (!run->live.empty()) {
+    run->merged = MergePlans(run->plans);
+    // Each member's deadline was checked above; the run as a whole has none.
+    const ExecuteOptions options{.fail_algorithm = svc.options().fail_algorithm};
+    run->launched =
+        LaunchPlan(run->merged, env, svc.metrics(), options, &run->launch, &run->result);
+  }
+  for (GraphCall* m : run->live) m->Mark(RequestTrace::kLaunchEnd);
+  return [&svc, run, gone = std::move(gone)](ExecEnv& env) -> DeviceWorker::Completion {
+    std::vector<DeviceWorker::Completion> replies;
+    for (const auto& [m, s] : gone) replies.push_back(m->Done(s));
+    absl::Status s = run->launched;
+    if (s.ok() && !run->live.empty()) {
+      for (GraphCall* m : run->live) m->Mark(RequestTrace::kWaitBegin);
+      const ExecuteOptions options{.fail_algorithm = svc.options().fail_algorithm};
+      s = CompletePlan(run->merged, svc.backend(), env, svc.store(), svc.metrics(), options,
+                       run->launch, &run->result);
+    }
+    if (s.ok()) {
+      std::vector<ExecuteResult> parts = SplitResult(std::move(run->result), run->plans);
+      for (size_t i = 0; i < run->live.size(); ++i) run->live[i]->result_ = std::move(parts[i]);
+    }
+    // The merged plan's buffers and stored inputs go before the members' replies (Done).
+    run->launch = LaunchState();
+    run->merged = Plan();
+    run->plans.clear();
+    for (GraphCall* m : run->live) replies.push_back(m->Done(s));
+    return [replies = std::move(replies)] {
+      for (const DeviceWorker::Completion& reply : replies) reply();
+    };
+  };
+}
+
+absl::Status GraphCall::BeginLaunch() {
   Mark(RequestTrace::kLaunchBegin);
   queue_us_ = MicrosSince(start_);
   if (svc_.metrics() != nullptr) {
     svc_.metrics()->RecordQueue(std::string_view(rpc_.data(), rpc_.size()), queue_us_ * 1e-6);
   }
-  absl::Status s = CheckCallAlive(ctx_);
+  return CheckCallAlive(ctx_);
+}
+
+DeviceWorker::Finisher GraphCall::Launch(ExecEnv& env) {
+  absl::Status s = BeginLaunch();
   if (s.ok()) s = LaunchPlan(*plan_, env, svc_.metrics(), Options(), &launch_, &result_);
   Mark(RequestTrace::kLaunchEnd);
   if (!s.ok()) return [this, s](ExecEnv&) { return Done(s); };

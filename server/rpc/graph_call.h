@@ -6,7 +6,9 @@
 //   Launch   (a lane's launch thread) queue the plan's work: inputs in, kernels, staging
 //   Complete (the lane's completion thread) wait for that work, outputs out, commit
 //   Reply    (the completion thread, once the queue slot is free) Respond, finish
-// A failure at any step goes straight to Finish with its status.
+// A failure at any step goes straight to Finish with its status. With --max_batch_size, calls
+// of one plan signature that wait for a lane together launch and complete as one plan
+// (LaunchBatch; graph_batcher.h), each still replying on its own.
 #pragma once
 
 #include <chrono>
@@ -43,6 +45,15 @@ class GraphCall : public grpc::ServerUnaryReactor {
 
  private:
   DeviceWorker::Finisher Launch(ExecEnv& env);
+  // Marks the call taken by a lane and records its queue time; whether it is still wanted.
+  absl::Status BeginLaunch();
+  // Queues the call in its signature's open batch, or opens one and queues that on the device.
+  void JoinBatch();
+  // The lane's half of a batch of calls: closes it, launches the members still wanted as one
+  // plan, and returns the finisher that completes them all.
+  static DeviceWorker::Finisher LaunchBatch(OpServeService& svc, const std::string& key,
+                                            const std::shared_ptr<GraphBatch>& batch,
+                                            ExecEnv& env);
   ExecuteOptions Options() const;
   DeviceWorker::Completion Done(const absl::Status& s);
   void Reply(const absl::Status& s);

@@ -410,6 +410,7 @@ absl::Status InferCall::Respond(ExecuteResult result, double queue_us) {
   SetDouble(params, "kernel_us", kernel_us);
   SetDouble(params, "compute_us", result.compute_us);
   SetDouble(params, "queue_us", queue_us);
+  (*params)["batch_size"].set_int64_param(result.batch_size);
   for (Output& o : outputs_) {
     auto* out = resp_->add_outputs();
     out->set_name(o.name);

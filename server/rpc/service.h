@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "opserve/v1/opserve.grpc.pb.h"
 #include "server/engine/device.h"
+#include "server/rpc/graph_batcher.h"
 #include "server/rpc/graph_store.h"
 #include "server/rpc/grpc_status.h"
 #include "server/rpc/parsed_service.h"
@@ -36,6 +37,8 @@ struct ServiceOptions {
   std::string fail_algorithm;
   // Where graph calls record their timelines (--trace_requests); nullptr: nowhere.
   RequestTrace* trace = nullptr;
+  // Most graph calls that run as one plan (--max_batch_size; graph_batcher.h); 1: none.
+  int max_batch_size = 1;
 };
 
 class OpServeService final
@@ -47,6 +50,7 @@ class OpServeService final
         store_(store),
         metrics_(metrics),
         options_(options),
+        batcher_(options_.max_batch_size),
         receive_pool_(ReceivePool::Create(&device.backend(), ReceiveCacheBytes(options_.limits))) {
     if (metrics_ != nullptr) {
       receive_pool_->SetObserver([m = metrics_](uint64_t in_use, uint64_t idle) {
@@ -101,6 +105,7 @@ class OpServeService final
   // Registered through the Open Inference Protocol; PutTensor, GetTensor and Execute name them.
   SharedMemoryRegistry& regions() { return regions_; }
   Metrics* metrics() { return metrics_; }
+  GraphBatcher& batcher() { return batcher_; }
   TransferPool& transfers() { return transfers_; }
   // Where Execute and ModelInfer receive their large tensor bytes (receive_pool.h).
   const std::shared_ptr<ReceivePool>& receive_pool() { return receive_pool_; }
@@ -171,6 +176,7 @@ class OpServeService final
   SharedMemoryRegistry regions_;
   Metrics* metrics_;
   const ServiceOptions options_;
+  GraphBatcher batcher_;
   std::function<void()> on_unhealthy_;
   std::atomic<int> active_calls_{0};
   // Idle receive blocks kept for the next request: two of the largest message, so that a
