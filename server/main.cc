@@ -70,8 +70,8 @@ ABSL_FLAG(int, lane_contexts, opserve::DeviceWorker::kDefaultContextsPerLane,
 ABSL_FLAG(int, max_batch_size, 1,
           "most Execute and ModelInfer calls of one graph signature (structure, shapes, dtypes, "
           "algorithms) that run as one launch when they wait for the device together: 1 to 64 "
-          "(1: every call runs alone); calls that store outputs or write to shared memory "
-          "always run alone");
+          "(1: every call runs alone); only calls whose nodes move at most 1 MiB batch, and "
+          "calls that store outputs or write to shared memory always run alone");
 ABSL_FLAG(uint64_t, max_message_bytes, 256ull << 20, "largest gRPC message, either direction");
 ABSL_FLAG(std::string, trace_requests, "",
           "write each Execute and ModelInfer call's timeline (the moment it passed each stage, "

@@ -81,6 +81,8 @@ DeviceWorker::Finisher GraphCall::LaunchBatch(OpServeService& svc, const std::st
 
   // What the members share until their replies: the merged plan and its run.
   struct Run {
+    // Each member's deadline is checked as the lane takes the batch; the run as a whole has none.
+    ExecuteOptions options;
     std::vector<GraphCall*> live;
     std::vector<const Plan*> plans;
     Plan merged;
@@ -89,6 +91,7 @@ DeviceWorker::Finisher GraphCall::LaunchBatch(OpServeService& svc, const std::st
     absl::Status launched;
   };
   auto run = std::make_shared<Run>();
+  run->options.fail_algorithm = svc.options().fail_algorithm;
   std::vector<std::pair<GraphCall*, absl::Status>> gone;  // deadline passed or cancelled
   for (GraphCall* m : batch->members) {
     if (absl::Status s = m->BeginLaunch(); !s.ok()) {
@@ -100,10 +103,8 @@ DeviceWorker::Finisher GraphCall::LaunchBatch(OpServeService& svc, const std::st
   }
   if (!run->live.empty()) {
     run->merged = MergePlans(run->plans);
-    // Each member's deadline was checked above; the run as a whole has none.
-    const ExecuteOptions options{.fail_algorithm = svc.options().fail_algorithm};
     run->launched =
-        LaunchPlan(run->merged, env, svc.metrics(), options, &run->launch, &run->result);
+        LaunchPlan(run->merged, env, svc.metrics(), run->options, &run->launch, &run->result);
   }
   for (GraphCall* m : run->live) m->Mark(RequestTrace::kLaunchEnd);
   return [&svc, run, gone = std::move(gone)](ExecEnv& env) -> DeviceWorker::Completion {
@@ -112,8 +113,7 @@ DeviceWorker::Finisher GraphCall::LaunchBatch(OpServeService& svc, const std::st
     absl::Status s = run->launched;
     if (s.ok() && !run->live.empty()) {
       for (GraphCall* m : run->live) m->Mark(RequestTrace::kWaitBegin);
-      const ExecuteOptions options{.fail_algorithm = svc.options().fail_algorithm};
-      s = CompletePlan(run->merged, svc.backend(), env, svc.store(), svc.metrics(), options,
+      s = CompletePlan(run->merged, svc.backend(), env, svc.store(), svc.metrics(), run->options,
                        run->launch, &run->result);
     }
     if (s.ok()) {
