@@ -166,8 +166,10 @@ Options ParseArgs(int argc, char** argv) {
       std::printf(
           "opserve-bench [--ops=sum,row_mean,row_sum,transpose,matmul,fusion,service,load,replay,kserve,cublas_handles]\n"
           "              [--service]\n"
-          "              [--load_lanes=1,2,4] [--load_conc=1,16,64] [--load_workloads=10x2048,...]\n"
-          "              [--load_seconds=S] [--load_rounds=N] [--load_variant=LABEL:ARG,ARG ...]\n"
+          "              [--load_lanes=1,2,4] [--load_conc=1,16,64]\n"
+          "              [--load_workloads=4096x4096,8192x8192,10x2048 (default) or 4096x4]\n"
+          "              [--load_seconds=S] [--load_rounds=N] [--load_variant=LABEL:ARG,ARG ...\n"
+          "               (ARG --client_arg=KEY=INT: the client's channel argument)]\n"
           "              [--load_channels=N (targets only at 1)]\n"
           "              [--quick]\n"
           "              [--out=DIR] [--reps=N>=20] [--algos=a,b,auto] [--shapes=LABEL,...]\n"

@@ -82,7 +82,7 @@ void PrintReport(const Report& rep) {
   if (s.ran) {
     std::printf(
         "\nservice (loopback gRPC, row_mean %s on a stored 4096x4096): Execute p50 %.1f us, p99 "
-        "%.1f us (%d calls); kernel p50 %.1f us; overhead p50 %.1f us; Health/Check (raw unary) p50 %.1f us, "
+        "%.1f us (%d calls); kernel p50 %.1f us; overhead p50 %.1f us; Health/Check (blocking unary) p50 %.1f us, "
         "p99 %.1f us (%d calls), through the client library p50 %.1f us; server's own timing "
         "p50: total %.1f us = queue %.1f + input %.1f + compute %.1f + output %.1f; PutTensor "
         "1 GiB %.2f GB/s, GetTensor 1 GiB %.2f GB/s\n",

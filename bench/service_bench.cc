@@ -1,10 +1,10 @@
 // The service path over loopback gRPC: the real `opserve` binary (--device=cuda --port=0), the
-// client library, and a raw unary grpc.health.v1.Health/Check as gRPC's own floor.
+// client library, and a blocking unary grpc.health.v1.Health/Check as gRPC's own floor.
 //
 //   - Execute of one row_mean node (algorithm auto) on a stored 4096x4096 FLOAT32 tensor, the
 //     16 KiB result returned inline: end-to-end p50/p99 against the node's kernel_us.
 //   - Health/Check to the same server in the same loop (interleaved call by call, so both see the
-//     same machine state): through a raw unary call on its own channel (the floor the target
+//     same machine state): through a blocking unary call on its own channel (the floor the target
 //     uses) and through the client library's HealthServing.
 //   - PutTensor and GetTensor of a 1 GiB tensor: bytes over the call's wall time.
 #include "bench/service_bench.h"
@@ -53,7 +53,6 @@ ServiceFigures RunServiceBench(const ServiceOptions& opt) {
     return f;
   }
   client::Client& c = *session.client;
-  grpc::GenericStub& raw = *session.raw;
   for (int i = 0;; ++i) {
     auto h = c.HealthServing();
     if (h.ok() && *h) break;
@@ -82,7 +81,7 @@ ServiceFigures RunServiceBench(const ServiceOptions& opt) {
     const auto t0 = Clock::now();
     auto resp = c.Execute(req);
     const auto t1 = Clock::now();
-    const bool raw_ok = RawHealthCheck(&raw);
+    const bool raw_ok = HealthCheck(session.raw_channel.get());
     const auto t2 = Clock::now();
     auto h = c.HealthServing();
     const auto t3 = Clock::now();

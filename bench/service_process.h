@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstring>
 #include <future>
+#include <map>
 #include <mutex>
 #include <random>
 #include <string>
@@ -25,6 +26,8 @@
 #include "absl/strings/str_cat.h"
 #include "client/opserve_client.h"
 #include "grpcpp/create_channel.h"
+#include "grpcpp/impl/client_unary_call.h"
+#include "grpcpp/impl/rpc_method.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/security/credentials.h"
 
@@ -141,15 +144,19 @@ inline std::string RandomFloats(uint64_t count) {
   return bytes;
 }
 
-// A plain unary Health/Check (empty request: the whole server) on `stub`: gRPC's floor.
-inline bool RawHealthCheck(grpc::GenericStub* stub) {
+// gRPC's floor: a unary Health/Check (empty request: the whole server) made as Client::Execute
+// makes its calls, through the blocking path of generated stubs, where the calling thread waits
+// on a completion queue of its own. (A callback call waited on with a future took 17-22% longer
+// at one client on the lent machines, and the same at 16 and 64: PERFORMANCE.md, issue 14.)
+inline bool HealthCheck(grpc::ChannelInterface* channel) {
+  static const grpc::internal::RpcMethod kMethod("/grpc.health.v1.Health/Check",
+                                                 grpc::internal::RpcMethod::NORMAL_RPC);
   grpc::ClientContext context;
   grpc::Slice empty;
   grpc::ByteBuffer request(&empty, 1), response;
-  std::promise<grpc::Status> done;
-  stub->UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
-                  &response, [&](grpc::Status s) { done.set_value(std::move(s)); });
-  return done.get_future().get().ok();
+  return grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+             channel, kMethod, &context, request, &response)
+      .ok();
 }
 
 // Execute of one row_mean node (algorithm auto) on the stored tensor `name`, returned inline.
@@ -166,26 +173,25 @@ inline v1::ExecuteRequest RowMeanOfStored(const std::string& name) {
   return req;
 }
 
-// A started server, a client library connection to it (one channel) and a raw stub for the
-// Health/Check floor on a channel of its own.
+// A started server, a client library connection to it (one channel) and a plain channel of
+// default arguments for generated stubs.
 struct Session {
   Server server;
   std::unique_ptr<client::Client> client;
   std::shared_ptr<grpc::Channel> raw_channel;
-  std::unique_ptr<grpc::GenericStub> raw;
 
   // Starts `bin` with `args` and connects; "" on success, else why not.
   std::string Open(const std::string& bin, const std::vector<std::string>& args,
-                   int64_t chunk_bytes = 0) {
+                   int64_t chunk_bytes = 0, const std::map<std::string, int>& channel_args = {}) {
     if (std::string err = server.Start(bin, args); !err.empty()) return err;
     client::ClientOptions co;
     co.target = absl::StrCat("127.0.0.1:", server.port());
+    co.channel_args = channel_args;
     if (chunk_bytes > 0) co.chunk_bytes = chunk_bytes;
     auto conn = client::Client::Connect(co);
     if (!conn.ok()) return std::string(conn.status().message());
     client = *std::move(conn);
     raw_channel = grpc::CreateChannel(co.target, grpc::InsecureChannelCredentials());
-    raw = std::make_unique<grpc::GenericStub>(raw_channel);
     return "";
   }
 };

@@ -101,6 +101,8 @@ class Client {
       const CallOptions& call = {});
 
   const ClientOptions& options() const { return options_; }
+  // The channel every call above goes through.
+  const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
 
  private:
   Client(ClientOptions options, std::shared_ptr<grpc::Channel> channel);
