@@ -146,7 +146,7 @@ inline std::string RandomFloats(uint64_t count) {
 
 // gRPC's floor: a unary Health/Check (empty request: the whole server) made as Client::Execute
 // makes its calls, through the blocking path of generated stubs, where the calling thread waits
-// on a completion queue of its own. (A callback call waited on with a future took 17-22% longer
+// on a completion queue of its own. (A callback call waited on with a future took 10-21% longer
 // at one client on the lent machines, and the same at 16 and 64: PERFORMANCE.md, issue 14.)
 inline bool HealthCheck(grpc::ChannelInterface* channel) {
   static const grpc::internal::RpcMethod kMethod("/grpc.health.v1.Health/Check",
