@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "bench/bench.h"
 #include "bench/harness.h"
 #include "bench/service_process.h"
@@ -113,11 +114,9 @@ struct Series {
   std::function<void(ThreadResult&, int thread)> call;
 };
 
-// A server's channels beyond the session's own (ConcurrencyOptions::channels). Each has a
+// A server's clients beyond the session's own (ConcurrencyOptions::channels). Each channel has a
 // subchannel pool of its own, so that gRPC does not share one connection among them.
-struct ExtraChannels {
-  std::vector<std::unique_ptr<client::Client>> clients;
-};
+using ExtraClients = std::vector<std::unique_ptr<client::Client>>;
 constexpr char kOwnSubchannelPool[] = "grpc.use_local_subchannel_pool";
 
 // A window's own figures, for the windows CSV.
@@ -133,7 +132,7 @@ struct Window {
 // An argument "--client_arg=KEY=INT" is a channel argument of the client's, not the server's.
 std::string AddServer(const ConcurrencyOptions& opt, const std::string& variant,
                       const std::vector<std::string>& args, Session& session,
-                      ExtraChannels& extra, std::deque<v1::ExecuteRequest>& requests,
+                      ExtraClients& extra, std::deque<v1::ExecuteRequest>& requests,
                       std::vector<std::string>& stored, std::vector<Series>& series) {
   std::vector<std::string> server_args;
   std::map<std::string, int> client_args;
@@ -162,7 +161,7 @@ std::string AddServer(const ConcurrencyOptions& opt, const std::string& variant,
     co.channel_args[kOwnSubchannelPool] = 1;
     auto conn = client::Client::Connect(co);
     if (!conn.ok()) return std::string(conn.status().message());
-    clients.push_back(extra.clients.emplace_back(*std::move(conn)).get());
+    clients.push_back(extra.emplace_back(*std::move(conn)).get());
   }
   // The floor: Health/Check made as Execute is below, on the same channels.
   series.push_back({variant, "health", [clients](ThreadResult& r, int thread) {
@@ -237,6 +236,18 @@ ConcurrencyFigures RunConcurrencyBench(const ConcurrencyOptions& opt) {
     f.error = absl::StrCat("channels must be at least 1, got ", opt.channels);
     return f;
   }
+  for (const std::string& shape : opt.workloads) {
+    if (std::none_of(std::begin(kWorkloads), std::end(kWorkloads),
+                     [&](const Workload& w) { return shape == w.shape; })) {
+      f.error = absl::StrCat("no load workload ", shape, " (",
+                             absl::StrJoin(kWorkloads, ", ",
+                                           [](std::string* out, const Workload& w) {
+                                             out->append(w.shape);
+                                           }),
+                             ")");
+      return f;
+    }
+  }
   std::vector<Window> windows;
   auto variants = opt.variants;
   if (variants.empty()) variants.push_back({"", {}});
@@ -244,7 +255,7 @@ ConcurrencyFigures RunConcurrencyBench(const ConcurrencyOptions& opt) {
   for (int lanes : opt.lanes) {
     // Every variant's server at once, each with its own client channel shared by its threads.
     std::deque<Session> sessions;
-    std::deque<ExtraChannels> extra;  // after sessions: its channels go before their servers
+    std::deque<ExtraClients> extra;  // after sessions: its channels go before their servers
     std::deque<v1::ExecuteRequest> requests;  // the calls below point into it
     std::vector<std::vector<std::string>> stored(variants.size());
     std::vector<Series> series;

@@ -21,7 +21,6 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <future>
 #include <mutex>
 #include <random>
 #include <string>
@@ -31,7 +30,6 @@
 #include "absl/strings/str_cat.h"
 #include "client/opserve_client.h"
 #include "grpcpp/create_channel.h"
-#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/security/credentials.h"
 
 extern char** environ;

@@ -15,7 +15,6 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
-#include <future>
 #include <map>
 #include <mutex>
 #include <random>
@@ -28,7 +27,6 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/impl/client_unary_call.h"
 #include "grpcpp/impl/rpc_method.h"
-#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/security/credentials.h"
 
 extern char** environ;
