@@ -129,15 +129,22 @@ struct Window {
 
 // Opens `session` on `bin` and adds its floor and workloads to `series`; "" on success. The
 // stored inputs are named in `stored`; `requests` must not move while the series are in use.
-// An argument "--client_arg=KEY=INT" is a channel argument of the client's, not the server's.
+// An argument "--client_arg=KEY=INT" is a channel argument of the client's, not the server's;
+// "--server_bin=PATH" runs that opserve binary instead of opserve_bin (builds side by side).
 std::string AddServer(const ConcurrencyOptions& opt, const std::string& variant,
                       const std::vector<std::string>& args, Session& session,
                       ExtraClients& extra, std::deque<v1::ExecuteRequest>& requests,
                       std::vector<std::string>& stored, std::vector<Series>& series) {
   std::vector<std::string> server_args;
   std::map<std::string, int> client_args;
+  std::string bin = opt.opserve_bin;
   for (const std::string& a : args) {
     constexpr absl::string_view kClientArg = "--client_arg=";
+    constexpr absl::string_view kServerBin = "--server_bin=";
+    if (absl::StartsWith(a, kServerBin)) {
+      bin = a.substr(kServerBin.size());
+      continue;
+    }
     if (!absl::StartsWith(a, kClientArg)) {
       server_args.push_back(a);
       continue;
@@ -150,7 +157,7 @@ std::string AddServer(const ConcurrencyOptions& opt, const std::string& variant,
     }
     client_args[kv.substr(0, eq)] = value;
   }
-  if (std::string err = session.Open(opt.opserve_bin, server_args, 0, client_args); !err.empty()) {
+  if (std::string err = session.Open(bin, server_args, 0, client_args); !err.empty()) {
     return err;
   }
   std::vector<client::Client*> clients = {session.client.get()};

@@ -13,6 +13,21 @@ double MicrosSince(Clock::time_point t) {
   return std::chrono::duration<double, std::micro>(Clock::now() - t).count();
 }
 
+// What a plan would report and return, without running it (ServiceOptions::reply_without_device).
+// Only for plans whose outputs all go into the response (GraphCall::MayAnswerUnrun).
+ExecuteResult UnrunResult(const Plan& plan) {
+  ExecuteResult r;
+  r.device = "none";
+  for (const PlanNode& n : plan.nodes) {
+    r.nodes.push_back({.id = n.id, .op = n.op->name, .algorithm = n.algo->name, .output = n.output,
+                       .cost = n.cost});
+    if (n.returned) {
+      r.outputs.push_back({.node = n.id, .meta = n.output, .data = std::string(n.output.Bytes(), '\0')});
+    }
+  }
+  return r;
+}
+
 }  // namespace
 
 // Counts itself among the service's active calls until gRPC is done with it (the response
@@ -42,7 +57,12 @@ void GraphCall::Start() {
   if (!plan.ok()) return Finish(plan.status());
   plan_ = std::make_unique<Plan>(*std::move(plan));
   Mark(RequestTrace::kPlanned);
-  if (svc_.batcher().max_size() > 1 && Batchable(*plan_)) return JoinBatch();
+  if (const std::string& mode = svc_.options().reply_without_device; !mode.empty() && MayAnswerUnrun()) {
+    result_ = UnrunResult(*plan_);
+    unrun_ = true;
+    if (mode == "handler") return Done(absl::OkStatus())();
+  }
+  if (!unrun_ && svc_.batcher().max_size() > 1 && Batchable(*plan_)) return JoinBatch();
   absl::Status queued = svc_.device().SubmitAsync([this](ExecEnv& env) { return Launch(env); });
   if (!queued.ok()) Finish(queued);
 }
@@ -142,6 +162,9 @@ absl::Status GraphCall::BeginLaunch() {
 
 DeviceWorker::Finisher GraphCall::Launch(ExecEnv& env) {
   absl::Status s = BeginLaunch();
+  if (s.ok() && unrun_) {
+    return [this](ExecEnv&) { return Done(absl::OkStatus()); };
+  }
   if (s.ok()) s = LaunchPlan(*plan_, env, svc_.metrics(), Options(), &launch_, &result_);
   Mark(RequestTrace::kLaunchEnd);
   if (!s.ok()) return [this, s](ExecEnv&) { return Done(s); };
@@ -150,6 +173,14 @@ DeviceWorker::Finisher GraphCall::Launch(ExecEnv& env) {
     return Done(CompletePlan(*plan_, svc_.backend(), env, svc_.store(), svc_.metrics(), Options(),
                              launch_, &result_));
   };
+}
+
+bool GraphCall::MayAnswerUnrun() const {
+  for (const PlanNode& n : plan_->nodes) {
+    // Outputs the client would look for elsewhere: in the store, or in a shared-memory region.
+    if (!n.store_as.empty() || n.host_dest != nullptr || n.device_dest != nullptr) return false;
+  }
+  return true;
 }
 
 ExecuteOptions GraphCall::Options() const {

@@ -55,6 +55,9 @@ class GraphCall : public grpc::ServerUnaryReactor {
                                             const std::shared_ptr<GraphBatch>& batch,
                                             ExecEnv& env);
   ExecuteOptions Options() const;
+  // Whether the test hook ServiceOptions::reply_without_device may answer this plan unrun: its
+  // outputs all go into the response.
+  bool MayAnswerUnrun() const;
   DeviceWorker::Completion Done(const absl::Status& s);
   void Reply(const absl::Status& s);
   void Finish(const absl::Status& s);
@@ -68,6 +71,7 @@ class GraphCall : public grpc::ServerUnaryReactor {
   std::unique_ptr<Plan> plan_;
   LaunchState launch_;
   ExecuteResult result_;
+  bool unrun_ = false;  // answered without running (ServiceOptions::reply_without_device)
   double queue_us_ = 0;
   RequestTrace::Record* const trace_;  // nullptr: not traced
 };

@@ -35,6 +35,12 @@ struct ServiceOptions {
   std::map<std::string, std::string> tokens;
   // Test builds: "op/algorithm" whose every run fails as a faulty kernel would.
   std::string fail_algorithm;
+  // Test builds: answer Execute and ModelInfer without running the graph, with zeros of the
+  // outputs' sizes: "handler" on the gRPC thread after planning, "lane" through a lane's
+  // threads. Graphs that store an output or write one to a shared-memory region run as usual.
+  // It tells what gRPC and the hand-offs cost from what the device does (opserve-bench
+  // --load_variant; PERFORMANCE.md, issue 14).
+  std::string reply_without_device;
   // Where graph calls record their timelines (--trace_requests); nullptr: nowhere.
   RequestTrace* trace = nullptr;
   // Most graph calls that run as one plan (--max_batch_size; graph_batcher.h); 1: none.

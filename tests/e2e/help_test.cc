@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "tests/e2e/server_process.h"
 
@@ -100,15 +101,18 @@ TEST(HelpTest, HelpfullListsEveryFlag) {
 // A value that would leave a server refusing every request (or one that cannot work) stops the
 // server at start-up with status 2, naming the flag, instead of surfacing at the first request.
 TEST(HelpTest, UnusableLimitsAreRefusedAtStartUp) {
-  for (const char* flag : {"--max_inflight=0", "--max_graph_nodes=0", "--max_message_bytes=0",
-                           "--shutdown_grace_seconds=-1", "--lanes=-1", "--lanes=65",
-                           "--lanes=4 --max_inflight=2", "--graph_cache=-1", "--graph_cache=1025",
-                           "--completion_threads=0", "--completion_threads=9",
-                           "--lane_contexts=0", "--lane_contexts=9",
-                           "--max_batch_size=0", "--max_batch_size=65",
-                           // Below the oldest GPUs the kernels are built for, or not MAJOR.MINOR.
-                           "--max_compute_capability=7.5", "--max_compute_capability=abc",
-                           "--max_compute_capability=8", "--max_compute_capability=9.0.1"}) {
+  std::vector<const char*> flags = {
+      "--max_inflight=0", "--max_graph_nodes=0", "--max_message_bytes=0",
+      "--shutdown_grace_seconds=-1", "--lanes=-1", "--lanes=65", "--lanes=4 --max_inflight=2",
+      "--graph_cache=-1", "--graph_cache=1025", "--completion_threads=0", "--completion_threads=9",
+      "--lane_contexts=0", "--lane_contexts=9", "--max_batch_size=0", "--max_batch_size=65",
+      // Below the oldest GPUs the kernels are built for, or not MAJOR.MINOR.
+      "--max_compute_capability=7.5", "--max_compute_capability=abc",
+      "--max_compute_capability=8", "--max_compute_capability=9.0.1"};
+#if OPSERVE_TEST_HOOKS
+  flags.push_back("--test_reply_without_device=kernel");
+#endif
+  for (const char* flag : flags) {
     SCOPED_TRACE(flag);
     const CommandOutput run =
         RunOpserve(std::string("--device=cpu --host=127.0.0.1 --port=0 --metrics_port=-1 ") + flag);
