@@ -62,6 +62,12 @@ class GraphCall : public grpc::ServerUnaryReactor {
   void Reply(const absl::Status& s);
   void Finish(const absl::Status& s);
   void OnDone() override;
+  // OnDone only counts the call out and frees it, and OnCancel is the base class's no-op, so
+  // gRPC may run them on whichever of its threads completes the call. Otherwise it hands every
+  // call's OnDone to its executor: a thread woken per call, and a pool of up to two threads a core
+  // competing for the cores under load (PERFORMANCE.md, issue 14). gRPC marks this hook as not
+  // part of its API; its own default reactor uses it the same way.
+  bool InternalInlineable() override { return true; }
   void Mark(RequestTrace::Stage stage) {
     if (trace_ != nullptr) trace_->Mark(stage);
   }
