@@ -8,6 +8,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <limits>
 #include <map>
 
 #include "absl/strings/match.h"
@@ -223,6 +224,21 @@ void WriteWindows(const std::vector<Window>& windows, const std::string& path) {
   }
 }
 
+// The spread behind a ratio target: each round's req/s of `p` over that round's ceiling, the
+// lower of `cap` and the floor's req/s in the same round. The verdict stays on the whole point's
+// req/s; this shows how much one run's windows can move it.
+std::string RoundSpread(const LoadPoint& p, const LoadPoint& floor, double cap) {
+  std::vector<double> ratios;
+  for (size_t r = 0; r < p.round_req_per_s.size() && r < floor.round_req_per_s.size(); ++r) {
+    const double ceiling = std::min(cap, floor.round_req_per_s[r]);
+    if (ceiling > 0) ratios.push_back(p.round_req_per_s[r] / ceiling);
+  }
+  if (ratios.empty()) return "";
+  std::sort(ratios.begin(), ratios.end());
+  return absl::StrFormat("; rounds %.3f-%.3f, median %.3f", ratios.front(), ratios.back(),
+                         Percentile(ratios, 0.5));
+}
+
 }  // namespace
 
 const LoadPoint* ConcurrencyFigures::Find(const std::string& variant, int lanes,
@@ -301,6 +317,12 @@ ConcurrencyFigures RunConcurrencyBench(const ConcurrencyOptions& opt) {
         p.lanes = lanes;
         p.concurrency = conc;
         p.workload = series[i].name;
+        for (const Window& w : windows) {
+          if (w.variant == p.variant && w.series == p.workload && w.lanes == lanes &&
+              w.concurrency == conc) {
+            p.round_req_per_s.push_back(w.seconds > 0 ? w.requests / w.seconds : 0);
+          }
+        }
         f.points.push_back(p);
       }
     }
@@ -338,7 +360,8 @@ void AddConcurrencyTargets(const ConcurrencyFigures& f, Report& rep) {
       const double ceiling = std::min(kernel_rate, health16->req_per_s);
       AddTarget(rep, absl::StrCat(at, w, " c=16 >= 0.85x min(kernel rate, health c=16)"),
                 absl::StrFormat("%.0f req/s = %.3fx of min(%.0f, %.0f)", p->req_per_s,
-                                p->req_per_s / ceiling, kernel_rate, health16->req_per_s),
+                                p->req_per_s / ceiling, kernel_rate, health16->req_per_s) +
+                    RoundSpread(*p, *health16, kernel_rate),
                 p->req_per_s >= 0.85 * ceiling);
     }
     // 2. The launch-bound shape against the floor at the same concurrency.
@@ -348,7 +371,8 @@ void AddConcurrencyTargets(const ConcurrencyFigures& f, Report& rep) {
       if (p == nullptr || h == nullptr) continue;
       AddTarget(rep, absl::StrCat(at, "row_mean 10x2048 c=", c, " >= 0.90x health c=", c),
                 absl::StrFormat("%.0f vs %.0f req/s = %.3fx", p->req_per_s, h->req_per_s,
-                                p->req_per_s / h->req_per_s),
+                                p->req_per_s / h->req_per_s) +
+                    RoundSpread(*p, *h, std::numeric_limits<double>::infinity()),
                 p->req_per_s >= 0.9 * h->req_per_s);
     }
     // 3. Concurrency 1 does not get slower.

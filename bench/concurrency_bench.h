@@ -47,6 +47,8 @@ struct LoadPoint {
   // client's p50 minus server_p50_us is what the request spends outside the handler: the
   // channel, gRPC's threads and the hand-offs to and from them.
   double server_p50_us = 0, queue_p50_us = 0;
+  // Each round's window alone, in round order: how far the point's windows spread.
+  std::vector<double> round_req_per_s;
 };
 
 struct ConcurrencyFigures {
