@@ -225,12 +225,12 @@ void WriteWindows(const std::vector<Window>& windows, const std::string& path) {
 }
 
 // The spread behind a ratio target: each round's req/s of `p` over that round's ceiling, the
-// lower of `cap` and the floor's req/s in the same round. The verdict stays on the whole point's
+// lower of `cap` and `health`'s req/s in the same round. The verdict stays on the whole point's
 // req/s; this shows how much one run's windows can move it.
-std::string RoundSpread(const LoadPoint& p, const LoadPoint& floor, double cap) {
+std::string RoundSpread(const LoadPoint& p, const LoadPoint& health, double cap) {
   std::vector<double> ratios;
-  for (size_t r = 0; r < p.round_req_per_s.size() && r < floor.round_req_per_s.size(); ++r) {
-    const double ceiling = std::min(cap, floor.round_req_per_s[r]);
+  for (size_t r = 0; r < p.round_req_per_s.size() && r < health.round_req_per_s.size(); ++r) {
+    const double ceiling = std::min(cap, health.round_req_per_s[r]);
     if (ceiling > 0) ratios.push_back(p.round_req_per_s[r] / ceiling);
   }
   if (ratios.empty()) return "";
