@@ -235,8 +235,10 @@ std::string RoundSpread(const LoadPoint& p, const LoadPoint& health, double cap)
   }
   if (ratios.empty()) return "";
   std::sort(ratios.begin(), ratios.end());
-  return absl::StrFormat("; rounds %.3f-%.3f, median %.3f", ratios.front(), ratios.back(),
-                         Percentile(ratios, 0.5));
+  // The median as scripts/load-ratios.py takes it: of an even count, the mean of the middle two.
+  const size_t n = ratios.size();
+  const double median = (ratios[(n - 1) / 2] + ratios[n / 2]) / 2;
+  return absl::StrFormat("; rounds %.3f-%.3f, median %.3f", ratios.front(), ratios.back(), median);
 }
 
 }  // namespace
