@@ -98,8 +98,9 @@ ABSL_FLAG(std::string, test_fail_algorithm, "",
           "(on CUDA with an illegal address: a sticky error, health turns NOT_SERVING)");
 ABSL_FLAG(std::string, test_reply_without_device, "",
           "test builds only: Execute and ModelInfer answer without running the graph, with zeros\n"
-          "of the outputs' sizes: 'handler' on the gRPC thread after planning, 'lane' through a\n"
-          "lane's threads (graphs that store an output or write one to shared memory run)");
+          "of the outputs' sizes: 'handler' on the gRPC thread after planning, 'launch' on a\n"
+          "lane's launch thread, 'lane' through its launch and completion threads (graphs that store\n"
+          "an output or write one to shared memory run)");
 #endif
 
 namespace opserve {
@@ -325,9 +326,10 @@ absl::StatusOr<ServiceOptions> ServiceOptionsFromFlags(uint64_t budget) {
 #if OPSERVE_TEST_HOOKS
   options.fail_algorithm = absl::GetFlag(FLAGS_test_fail_algorithm);
   options.reply_without_device = absl::GetFlag(FLAGS_test_reply_without_device);
-  if (const std::string& m = options.reply_without_device; !m.empty() && m != "handler" && m != "lane") {
+  if (const std::string& m = options.reply_without_device;
+      !m.empty() && m != "handler" && m != "launch" && m != "lane") {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--test_reply_without_device must be handler, lane or empty, got '", m, "'"));
+        "--test_reply_without_device must be handler, launch, lane or empty, got '", m, "'"));
   }
 #endif
   return options;

@@ -60,6 +60,7 @@ void GraphCall::Start() {
   if (const std::string& mode = svc_.options().reply_without_device; !mode.empty() && MayAnswerUnrun()) {
     result_ = UnrunResult(*plan_);
     unrun_ = true;
+    unrun_on_launch_ = mode == "launch";
     if (mode == "handler") return Done(absl::OkStatus())();
   }
   if (!unrun_ && svc_.batcher().max_size() > 1 && Batchable(*plan_)) return JoinBatch();
@@ -163,6 +164,11 @@ absl::Status GraphCall::BeginLaunch() {
 DeviceWorker::Finisher GraphCall::Launch(ExecEnv& env) {
   absl::Status s = BeginLaunch();
   if (s.ok() && unrun_) {
+    if (unrun_on_launch_) {
+      // Replied before the job's slot is free: the next call may find the queue one fuller.
+      Done(absl::OkStatus())();
+      return nullptr;
+    }
     return [this](ExecEnv&) { return Done(absl::OkStatus()); };
   }
   if (s.ok()) s = LaunchPlan(*plan_, env, svc_.metrics(), Options(), &launch_, &result_);

@@ -78,6 +78,7 @@ class GraphCall : public grpc::ServerUnaryReactor {
   LaunchState launch_;
   ExecuteResult result_;
   bool unrun_ = false;  // answered without running (ServiceOptions::reply_without_device)
+  bool unrun_on_launch_ = false;  // ... on the launch thread, without a finisher
   double queue_us_ = 0;
   RequestTrace::Record* const trace_;  // nullptr: not traced
 };

@@ -36,7 +36,8 @@ struct ServiceOptions {
   // Test builds: "op/algorithm" whose every run fails as a faulty kernel would.
   std::string fail_algorithm;
   // Test builds: answer Execute and ModelInfer without running the graph, with zeros of the
-  // outputs' sizes: "handler" on the gRPC thread after planning, "lane" through a lane's
+  // outputs' sizes: "handler" on the gRPC thread after planning, "launch" on a lane's launch
+  // thread (its slot freed after the reply), "lane" through a lane's launch and completion
   // threads. Graphs that store an output or write one to a shared-memory region run as usual.
   // It tells what gRPC and the hand-offs cost from what the device does (opserve-bench
   // --load_variant; PERFORMANCE.md, issue 14).

@@ -55,7 +55,7 @@ TEST_P(UnrunTest, AnswersWithZerosOfTheRightShapeAndStoresRun) {
   ASSERT_TRUE(stored.ok()) << stored.status();
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, UnrunTest, ::testing::Values("handler", "lane"));
+INSTANTIATE_TEST_SUITE_P(Modes, UnrunTest, ::testing::Values("handler", "launch", "lane"));
 
 }  // namespace
 }  // namespace opserve::e2e
