@@ -27,241 +27,286 @@ bool HasEmptyInput(const PlanNode& n) {
   return false;
 }
 
-}  // namespace
+// LaunchPlan's stages, in the order it runs them. A stage that fails drains what the request
+// queued (env.Finish) before its buffers go back, and names the node where there is one.
+class Launcher {
+ public:
+  Launcher(const Plan& plan, ExecEnv& env, Metrics* metrics, const ExecuteOptions& options,
+           LaunchState& launch, ExecuteResult& result)
+      : plan_(plan), env_(env), metrics_(metrics), options_(options), launch_(launch),
+        result_(result), num_nodes_(static_cast<int>(plan.nodes.size())),
+        inline_buffers_(launch.inline_buffers), outputs_(launch.outputs),
+        skipped_(launch.skipped), staged_(launch.staged) {}
 
-absl::Status LaunchPlan(const Plan& plan, ExecEnv& env, Metrics* metrics,
-                        const ExecuteOptions& options, LaunchState* launch,
-                        ExecuteResult* result) {
-  env.BeginRequest(static_cast<int>(plan.nodes.size()));
+  absl::Status Run() {
+    env_.BeginRequest(num_nodes_);
+    RETURN_IF_ERROR(UploadInlines());
+    launch_.compute_start = Clock::now();
+    outputs_.assign(num_nodes_, nullptr);
+    skipped_.assign(num_nodes_, false);
+    // A node fused into another runs nothing (and so fills nothing either).
+    for (int i = 0; i < num_nodes_; ++i) {
+      skipped_[i] = plan_.nodes[i].fused_into < 0 && HasEmptyInput(plan_.nodes[i]);
+    }
+    RETURN_IF_ERROR(ReserveStaging());
+    ASSIGN_OR_RETURN(const bool as_graph, AllocateForGraph());
+    RETURN_IF_ERROR(as_graph ? LaunchAsGraph() : LaunchNodeByNode());
+    if (absl::Status s = env_.Launched(); !s.ok()) {
+      (void)env_.Finish(num_nodes_);
+      return s;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
   // Inputs: upload each inline tensor that a node reads, once.
-  auto t_input = Clock::now();
-  std::vector<BufferPtr>& inline_buffers = launch->inline_buffers;
-  inline_buffers.assign(plan.inlines.size(), nullptr);
-  for (const PlanNode& n : plan.nodes) {
-    for (const PlanInput& in : n.inputs) {
-      if (in.source != PlanInput::Source::kInline || inline_buffers[in.index]) continue;
-      const PlanInline& pi = plan.inlines[in.index];
-      if (pi.device) {  // already on the device: read in place
-        inline_buffers[in.index] = pi.device;
-        continue;
+  absl::Status UploadInlines() {
+    auto t_input = Clock::now();
+    inline_buffers_.assign(plan_.inlines.size(), nullptr);
+    for (const PlanNode& n : plan_.nodes) {
+      for (const PlanInput& in : n.inputs) {
+        if (in.source != PlanInput::Source::kInline || inline_buffers_[in.index]) continue;
+        const PlanInline& pi = plan_.inlines[in.index];
+        if (pi.device) {  // already on the device: read in place
+          inline_buffers_[in.index] = pi.device;
+          continue;
+        }
+        auto buffer = env_.AllocateTransient(pi.meta.Bytes());
+        if (!buffer.ok()) {
+          (void)env_.Finish(0);  // the copies already queued finish before their buffers go back
+          return absl::Status(buffer.status().code(),
+                              absl::StrCat("inline tensor ", Quote(pi.name), ": ",
+                                           buffer.status().message()));
+        }
+        if (absl::Status s = env_.CopyIn(**buffer, pi.data.data(), pi.data.size()); !s.ok()) {
+          (void)env_.Finish(0);
+          return absl::Status(s.code(),
+                              absl::StrCat("inline tensor ", Quote(pi.name), ": ", s.message()));
+        }
+        inline_buffers_[in.index] = *std::move(buffer);
       }
-      auto buffer = env.AllocateTransient(pi.meta.Bytes());
-      if (!buffer.ok()) {
-        (void)env.Finish(0);  // the copies already queued finish before their buffers go back
-        return absl::Status(buffer.status().code(), absl::StrCat("inline tensor ", Quote(pi.name),
-                                                                  ": ", buffer.status().message()));
-      }
-      if (absl::Status s = env.CopyIn(**buffer, pi.data.data(), pi.data.size()); !s.ok()) {
-        (void)env.Finish(0);
-        return absl::Status(s.code(), absl::StrCat("inline tensor ", Quote(pi.name), ": ", s.message()));
-      }
-      inline_buffers[in.index] = *std::move(buffer);
     }
+    result_.input_us = MicrosSince(t_input);
+    return absl::OkStatus();
   }
-  result->input_us = MicrosSince(t_input);
-
-  launch->compute_start = Clock::now();
-  const int num_nodes = static_cast<int>(plan.nodes.size());
-  std::vector<BufferPtr>& outputs = launch->outputs;
-  outputs.assign(num_nodes, nullptr);
-  std::vector<bool>& skipped = launch->skipped;
-  skipped.assign(num_nodes, false);
-  // A node fused into another runs nothing (and so fills nothing either).
-  for (int i = 0; i < num_nodes; ++i) {
-    skipped[i] = plan.nodes[i].fused_into < 0 && HasEmptyInput(plan.nodes[i]);
-  }
-  auto at = [&](int i, const absl::Status& s) {
-    const PlanNode& n = plan.nodes[i];
-    return absl::Status(s.code(), absl::StrCat("node '", n.id, "' (", std::string(n.op->name), "/",
-                                               std::string(n.algo->name), "): ", s.message()));
-  };
-  // Queues node i between its timing marks, on the buffers allocated for it.
-  std::vector<const void*> ptrs;
-  auto launch_node = [&](int i) -> absl::Status {
-    const PlanNode& n = plan.nodes[i];
-    if (n.fused_into >= 0) {  // its work is in the fused node's kernel; marked for the timing
-      env.MarkStart(i);
-      env.MarkEnd(i);
-      return absl::OkStatus();
-    }
-    ptrs.clear();
-    for (const PlanInput& in : n.inputs) {
-      switch (in.source) {
-        case PlanInput::Source::kStored: ptrs.push_back(in.stored->buffer->data()); break;
-        case PlanInput::Source::kInline: ptrs.push_back(inline_buffers[in.index]->data()); break;
-        case PlanInput::Source::kNode: ptrs.push_back(outputs[in.index]->data()); break;
-      }
-    }
-    // Every node is marked, a skipped one too: Finish and WaitNode read each node's marks.
-    absl::Status s;
-    env.MarkStart(i);
-    if (skipped[i]) {
-      // No kernel runs on zero elements: the output (zeros, or NaNs for a mean) is filled, and the
-      // node reports the algorithm that would have run with a kernel time of 0.
-      s = env.Fill(*outputs[i], n.op->empty_fill == EmptyFill::kNaN ? 0xFF : 0, n.output.Bytes());
-    } else {
-      KernelArgs args{ptrs, n.input_meta, outputs[i]->data(), n.output, n.attrs, env};
-      s = n.algo->run(args);
-#if OPSERVE_TEST_HOOKS
-      if (!options.fail_algorithm.empty() &&
-          options.fail_algorithm ==
-              absl::StrCat(std::string(n.op->name), "/", std::string(n.algo->name))) {
-        s = env.InjectFault();
-      }
-#endif
-    }
-    env.MarkEnd(i);
-    return s;
-  };
 
   // Returned outputs go to host memory in stream order, so the request's one wait covers them.
   // Their places are reserved first: in a graph the copies are nodes too, and the places among
   // its bindings. An output with a host destination is copied there after the wait
   // (CompletePlan), as is one the staging area cannot hold.
-  std::vector<void*>& staged = launch->staged;
-  staged.assign(num_nodes, nullptr);
-  for (int i = 0; i < num_nodes; ++i) {
-    if (!plan.nodes[i].returned || plan.nodes[i].host_dest != nullptr) continue;
-    auto p = env.ReserveStaging(plan.nodes[i].output.Bytes());
-    if (!p.ok()) {
-      (void)env.Finish(0);
-      return p.status();
-    }
-    staged[i] = *p;
-  }
-  auto stage_outputs = [&]() -> absl::Status {
-    for (int i = 0; i < num_nodes; ++i) {
-      if (staged[i] == nullptr) continue;
-      RETURN_IF_ERROR(env.CopyToStaging(*outputs[i], staged[i], plan.nodes[i].output.Bytes()));
+  absl::Status ReserveStaging() {
+    staged_.assign(num_nodes_, nullptr);
+    for (int i = 0; i < num_nodes_; ++i) {
+      if (!plan_.nodes[i].returned || plan_.nodes[i].host_dest != nullptr) continue;
+      auto p = env_.ReserveStaging(plan_.nodes[i].output.Bytes());
+      if (!p.ok()) {
+        (void)env_.Finish(0);
+        return p.status();
+      }
+      staged_[i] = *p;
     }
     return absl::OkStatus();
-  };
+  }
 
-  // As one CUDA graph where the device has a graph cache. Every output is allocated first:
-  // allocations are not captured, and the graph's intermediates live until the request ends.
-  // When they do not fit the budget together, the graph runs node by node instead, where each
-  // intermediate goes back after its last reader.
+  // Whether the request runs as one CUDA graph: where the device has a graph cache, with every
+  // output allocated first (allocations are not captured, and the graph's intermediates live
+  // until the request ends). When they do not fit the budget together, false: the request runs
+  // node by node instead, where each intermediate goes back after its last reader.
   // A single node too: besides its kernel it has timing marks and the copy of its output, and
   // one graph launch queues them all for less host time than those calls take one by one.
-  bool as_graph = env.LaunchesGraphs();
-  for (int i = 0; as_graph && i < num_nodes; ++i) {
-    if (plan.nodes[i].fused_into >= 0) continue;  // no output of its own
-    if (plan.nodes[i].device_dest) {
-      outputs[i] = plan.nodes[i].device_dest;
-      continue;
-    }
-    auto out = Allocate(env, plan.nodes[i]);
-    if (!out.ok()) {
-      outputs.assign(num_nodes, nullptr);  // unused: back in stream order at once
-      if (out.status().code() == absl::StatusCode::kResourceExhausted) {
-        as_graph = false;
-        break;
+  absl::StatusOr<bool> AllocateForGraph() {
+    if (!env_.LaunchesGraphs()) return false;
+    for (int i = 0; i < num_nodes_; ++i) {
+      if (plan_.nodes[i].fused_into >= 0) continue;  // no output of its own
+      if (plan_.nodes[i].device_dest) {
+        outputs_[i] = plan_.nodes[i].device_dest;
+        continue;
       }
-      (void)env.Finish(0);
-      return at(i, out.status());
+      auto out = Allocate(env_, plan_.nodes[i]);
+      if (!out.ok()) {
+        outputs_.assign(num_nodes_, nullptr);  // unused: back in stream order at once
+        if (out.status().code() == absl::StatusCode::kResourceExhausted) return false;
+        (void)env_.Finish(0);
+        return At(i, out.status());
+      }
+      outputs_[i] = *std::move(out);
     }
-    outputs[i] = *std::move(out);
+    return true;
   }
-  if (as_graph) {
-    if (options.check_alive) {
-      if (auto s = options.check_alive(); !s.ok()) {
-        (void)env.Finish(0);
+
+  absl::Status LaunchAsGraph() {
+    if (options_.check_alive) {
+      if (auto s = options_.check_alive(); !s.ok()) {
+        (void)env_.Finish(0);
         return s;
       }
     }
     std::vector<const void*> bindings;
-    for (int i = 0; i < num_nodes; ++i) {
-      for (const PlanInput& in : plan.nodes[i].inputs) {
+    for (int i = 0; i < num_nodes_; ++i) {
+      for (const PlanInput& in : plan_.nodes[i].inputs) {
         if (in.source == PlanInput::Source::kStored) bindings.push_back(in.stored->buffer->data());
-        if (in.source == PlanInput::Source::kInline) bindings.push_back(inline_buffers[in.index]->data());
+        if (in.source == PlanInput::Source::kInline) {
+          bindings.push_back(inline_buffers_[in.index]->data());
+        }
       }
-      if (outputs[i]) bindings.push_back(outputs[i]->data());
-      if (staged[i]) bindings.push_back(staged[i]);
+      if (outputs_[i]) bindings.push_back(outputs_[i]->data());
+      if (staged_[i]) bindings.push_back(staged_[i]);
     }
     int failed = -1;
-    auto replay = env.LaunchAsGraph(plan.signature, bindings, [&]() -> absl::Status {
-      for (int i = 0; i < num_nodes; ++i) {
-        if (absl::Status s = launch_node(i); !s.ok()) {
+    auto replay = env_.LaunchAsGraph(plan_.signature, bindings, [&]() -> absl::Status {
+      for (int i = 0; i < num_nodes_; ++i) {
+        if (absl::Status s = LaunchNode(i); !s.ok()) {
           failed = i;
           return s;
         }
       }
-      return stage_outputs();
+      return StageOutputs();
     });
     if (!replay.ok()) {
-      (void)env.Finish(num_nodes);  // drain the device before buffers go back
-      return failed >= 0 ? at(failed, replay.status()) : replay.status();
+      (void)env_.Finish(num_nodes_);  // drain the device before buffers go back
+      return failed >= 0 ? At(failed, replay.status()) : replay.status();
     }
-    result->replay = *replay;
-    if (metrics != nullptr) {
-      metrics->RecordGraph(*replay == GraphReplay::kReplayed   ? "hit"
-                           : *replay == GraphReplay::kRebound  ? "rebound"
-                           : *replay == GraphReplay::kCaptured ? "miss"
-                                                                : "direct");
+    result_.replay = *replay;
+    if (metrics_ != nullptr) {
+      metrics_->RecordGraph(*replay == GraphReplay::kReplayed   ? "hit"
+                            : *replay == GraphReplay::kRebound  ? "rebound"
+                            : *replay == GraphReplay::kCaptured ? "miss"
+                                                                 : "direct");
     }
-  } else {
-    if (metrics != nullptr && env.LaunchesGraphs()) {
-      metrics->RecordGraph("direct");
-    }
-    // Node by node; an intermediate's buffer goes back after its last reader.
-    for (int i = 0; i < num_nodes; ++i) {
-      const PlanNode& n = plan.nodes[i];
+    return absl::OkStatus();
+  }
+
+  // Node by node; an intermediate's buffer goes back after its last reader.
+  absl::Status LaunchNodeByNode() {
+    if (metrics_ != nullptr && env_.LaunchesGraphs()) metrics_->RecordGraph("direct");
+    for (int i = 0; i < num_nodes_; ++i) {
+      const PlanNode& n = plan_.nodes[i];
       // Keep at most the running node and this one on the device: a request abandoned below
       // (deadline, cancellation) then waits for no more than that before its buffers go back.
       if (i >= 2) {
-        if (auto s = env.WaitNode(i - 2); !s.ok()) {
-          (void)env.Finish(i);
-          return at(i, s);
+        if (auto s = env_.WaitNode(i - 2); !s.ok()) {
+          (void)env_.Finish(i);
+          return At(i, s);
         }
       }
-      if (options.check_alive) {
-        if (auto s = options.check_alive(); !s.ok()) {
-          (void)env.Finish(i);  // drain the device before buffers go back
-          return at(i, s);
+      if (options_.check_alive) {
+        if (auto s = options_.check_alive(); !s.ok()) {
+          (void)env_.Finish(i);  // drain the device before buffers go back
+          return At(i, s);
         }
       }
       if (n.fused_into >= 0) {
-        if (absl::Status s = launch_node(i); !s.ok()) {
-          (void)env.Finish(i + 1);
-          return at(i, s);
+        if (absl::Status s = LaunchNode(i); !s.ok()) {
+          (void)env_.Finish(i + 1);
+          return At(i, s);
         }
         continue;
       }
-      auto out = n.device_dest ? absl::StatusOr<BufferPtr>(n.device_dest) : Allocate(env, n);
+      auto out = n.device_dest ? absl::StatusOr<BufferPtr>(n.device_dest) : Allocate(env_, n);
       if (!out.ok()) {
         // Drain first: the nodes already queued read stored tensors this request holds, and a
         // tensor deleted meanwhile goes back to the pool when the request lets go of it.
-        (void)env.Finish(i);
-        return at(i, out.status());
+        (void)env_.Finish(i);
+        return At(i, out.status());
       }
-      outputs[i] = *std::move(out);
-      if (absl::Status s = launch_node(i); !s.ok()) {
-        (void)env.Finish(i + 1);  // drain the device before buffers go back
-        return at(i, s);
+      outputs_[i] = *std::move(out);
+      if (absl::Status s = LaunchNode(i); !s.ok()) {
+        (void)env_.Finish(i + 1);  // drain the device before buffers go back
+        return At(i, s);
       }
       for (const PlanInput& in : n.inputs) {
         if (in.source != PlanInput::Source::kNode) continue;
-        const PlanNode& src = plan.nodes[in.index];
-        if (src.last_use == i && !src.returned && src.store_as.empty()) outputs[in.index].reset();
+        const PlanNode& src = plan_.nodes[in.index];
+        if (src.last_use == i && !src.returned && src.store_as.empty()) outputs_[in.index].reset();
       }
     }
     // A request abandoned during its last node stages and stores nothing.
-    if (options.check_alive) {
-      if (auto s = options.check_alive(); !s.ok()) {
-        (void)env.Finish(num_nodes);
+    if (options_.check_alive) {
+      if (auto s = options_.check_alive(); !s.ok()) {
+        (void)env_.Finish(num_nodes_);
         return s;
       }
     }
-    if (absl::Status s = stage_outputs(); !s.ok()) {
-      (void)env.Finish(num_nodes);
+    if (absl::Status s = StageOutputs(); !s.ok()) {
+      (void)env_.Finish(num_nodes_);
       return s;
     }
+    return absl::OkStatus();
   }
-  if (absl::Status s = env.Launched(); !s.ok()) {
-    (void)env.Finish(num_nodes);
+
+  // Queues node i between its timing marks, on the buffers allocated for it.
+  absl::Status LaunchNode(int i) {
+    const PlanNode& n = plan_.nodes[i];
+    if (n.fused_into >= 0) {  // its work is in the fused node's kernel; marked for the timing
+      env_.MarkStart(i);
+      env_.MarkEnd(i);
+      return absl::OkStatus();
+    }
+    ptrs_.clear();
+    for (const PlanInput& in : n.inputs) {
+      switch (in.source) {
+        case PlanInput::Source::kStored: ptrs_.push_back(in.stored->buffer->data()); break;
+        case PlanInput::Source::kInline: ptrs_.push_back(inline_buffers_[in.index]->data()); break;
+        case PlanInput::Source::kNode: ptrs_.push_back(outputs_[in.index]->data()); break;
+      }
+    }
+    // Every node is marked, a skipped one too: Finish and WaitNode read each node's marks.
+    absl::Status s;
+    env_.MarkStart(i);
+    if (skipped_[i]) {
+      // No kernel runs on zero elements: the output (zeros, or NaNs for a mean) is filled, and the
+      // node reports the algorithm that would have run with a kernel time of 0.
+      s = env_.Fill(*outputs_[i], n.op->empty_fill == EmptyFill::kNaN ? 0xFF : 0, n.output.Bytes());
+    } else {
+      KernelArgs args{ptrs_, n.input_meta, outputs_[i]->data(), n.output, n.attrs, env_};
+      s = n.algo->run(args);
+#if OPSERVE_TEST_HOOKS
+      if (!options_.fail_algorithm.empty() &&
+          options_.fail_algorithm ==
+              absl::StrCat(std::string(n.op->name), "/", std::string(n.algo->name))) {
+        s = env_.InjectFault();
+      }
+#endif
+    }
+    env_.MarkEnd(i);
     return s;
   }
-  return absl::OkStatus();
+
+  // Queues the copies of the returned outputs into their reserved places.
+  absl::Status StageOutputs() {
+    for (int i = 0; i < num_nodes_; ++i) {
+      if (staged_[i] == nullptr) continue;
+      RETURN_IF_ERROR(env_.CopyToStaging(*outputs_[i], staged_[i], plan_.nodes[i].output.Bytes()));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status At(int i, const absl::Status& s) const {
+    const PlanNode& n = plan_.nodes[i];
+    return absl::Status(s.code(), absl::StrCat("node '", n.id, "' (", std::string(n.op->name), "/",
+                                               std::string(n.algo->name), "): ", s.message()));
+  }
+
+  const Plan& plan_;
+  ExecEnv& env_;
+  Metrics* const metrics_;
+  const ExecuteOptions& options_;
+  LaunchState& launch_;
+  ExecuteResult& result_;
+  const int num_nodes_;
+  std::vector<BufferPtr>& inline_buffers_;
+  std::vector<BufferPtr>& outputs_;
+  std::vector<bool>& skipped_;
+  std::vector<void*>& staged_;
+  std::vector<const void*> ptrs_;  // LaunchNode's kernel inputs, kept to reuse its memory
+};
+
+}  // namespace
+
+absl::Status LaunchPlan(const Plan& plan, ExecEnv& env, Metrics* metrics,
+                        const ExecuteOptions& options, LaunchState* launch,
+                        ExecuteResult* result) {
+  return Launcher(plan, env, metrics, options, *launch, *result).Run();
 }
 
 absl::Status CompletePlan(const Plan& plan, Backend& backend, ExecEnv& env, TensorStore& store,

@@ -111,111 +111,140 @@ std::string PlanSignature(const Plan& plan) {
   return sig;
 }
 
-absl::StatusOr<Plan> BuildPlan(const Graph& graph, const Backend& backend,
-                               const TensorStore& store, const Limits& limits,
-                               const std::string& tenant) {
-  const int num_nodes = static_cast<int>(graph.nodes.size());
-  if (num_nodes == 0) return absl::InvalidArgumentError("the graph has no nodes");
-  if (num_nodes > limits.max_graph_nodes) {
-    return absl::ResourceExhaustedError(absl::StrCat("the graph has ", num_nodes,
-                                                     " nodes, over the limit of ",
-                                                     limits.max_graph_nodes, " (--max_graph_nodes)"));
+namespace {
+
+// BuildPlan's stages, in the order it runs them. Each checks one part of the request and
+// fills its part of the plan; the first error ends the planning.
+class Planner {
+ public:
+  Planner(const Graph& graph, const Backend& backend, const TensorStore& store,
+          const Limits& limits, const std::string& tenant)
+      : graph_(graph), backend_(backend), store_(store), limits_(limits), tenant_(tenant),
+        num_nodes_(static_cast<int>(graph.nodes.size())) {
+    plan_.tenant = tenant;
   }
 
+  absl::StatusOr<Plan> Build() {
+    if (num_nodes_ == 0) return absl::InvalidArgumentError("the graph has no nodes");
+    if (num_nodes_ > limits_.max_graph_nodes) {
+      return absl::ResourceExhaustedError(absl::StrCat("the graph has ", num_nodes_,
+                                                       " nodes, over the limit of ",
+                                                       limits_.max_graph_nodes,
+                                                       " (--max_graph_nodes)"));
+    }
+    RETURN_IF_ERROR(PlanInlines());
+    RETURN_IF_ERROR(IndexNodeIds());
+    RETURN_IF_ERROR(OrderNodes());
+    plan_.nodes.resize(num_nodes_);
+    for (int p = 0; p < num_nodes_; ++p) RETURN_IF_ERROR(PlanNodeAt(p));
+    RETURN_IF_ERROR(PlanOutputs());
+    FusePlan(plan_, backend_);
+    plan_.signature = PlanSignature(plan_);
+    return std::move(plan_);
+  }
+
+ private:
   // Inline tensors: checked once here, whether or not a node reads them.
-  Plan plan;
-  plan.tenant = tenant;
-  std::map<std::string, int, std::less<>> inline_index;
-  for (const GraphInline& t : graph.inlines) {
-    const std::string name(t.name);
-    const std::string what = absl::StrCat("inline tensor ", Quote(name));
-    RETURN_IF_ERROR(CheckTensorName(name, what));
-    ASSIGN_OR_RETURN(TensorMeta meta, CheckedMeta(t.dtype, t.shape, limits.max_tensor_bytes, what));
-    const uint64_t has = t.device ? t.device->bytes() : t.data.size();
-    if (!graph.shapes_only && (t.device ? has < meta.Bytes() : has != meta.Bytes())) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": data has ", has,
-                                                     " bytes, expected ", meta.Bytes(), " for ",
-                                                     meta.DebugString()));
-    }
-    inline_index[name] = static_cast<int>(plan.inlines.size());
-    plan.inlines.push_back({name, std::move(meta), t.data, t.device});
-  }
-
-  // Node ids, then the edges between nodes.
-  std::map<absl::string_view, int> id_index;
-  for (int i = 0; i < num_nodes; ++i) {
-    const absl::string_view id = graph.nodes[i].id;
-    if (id.empty()) return absl::InvalidArgumentError(absl::StrCat("node ", i, " has an empty id"));
-    if (id.size() > kMaxNodeIdBytes) {
-      return absl::InvalidArgumentError(absl::StrCat("node ", i, " has an id of ", id.size(),
-                                                     " bytes; ids need at most ", kMaxNodeIdBytes));
-    }
-    if (!id_index.emplace(id, i).second) {
-      return absl::InvalidArgumentError(absl::StrCat("duplicate node id ", Quote(id)));
-    }
-  }
-  std::vector<std::vector<int>> consumers(num_nodes);
-  std::vector<int> pending(num_nodes, 0);
-  for (int i = 0; i < num_nodes; ++i) {
-    const GraphNode& node = graph.nodes[i];
-    const OpSpec* op = FindOp(node.op);
-    if (op == nullptr) {
-      std::vector<absl::string_view> names;
-      for (const OpSpec& o : Ops()) names.push_back(o.name);
-      return absl::InvalidArgumentError(absl::StrCat("node ", Quote(node.id), ": unknown op ",
-                                                     Quote(node.op), "; ops: ",
-                                                     absl::StrJoin(names, ", ")));
-    }
-    const int num_inputs = static_cast<int>(node.inputs.size());
-    if (num_inputs != op->arity) {
-      return absl::InvalidArgumentError(absl::StrCat("node ", Quote(node.id), " (", op->name,
-                                                     "): expected ", op->arity, " input(s), got ",
-                                                     num_inputs));
-    }
-    for (int j = 0; j < num_inputs; ++j) {
-      if (node.inputs[j].source != GraphInput::Source::kNode) continue;
-      auto it = id_index.find(node.inputs[j].name);
-      if (it == id_index.end()) {
-        return absl::InvalidArgumentError(absl::StrCat("node ", Quote(node.id), " input ", j,
-                                                       ": refers to node ",
-                                                       Quote(node.inputs[j].name),
-                                                       ", which is not in the graph"));
+  absl::Status PlanInlines() {
+    for (const GraphInline& t : graph_.inlines) {
+      const std::string name(t.name);
+      const std::string what = absl::StrCat("inline tensor ", Quote(name));
+      RETURN_IF_ERROR(CheckTensorName(name, what));
+      ASSIGN_OR_RETURN(TensorMeta meta,
+                       CheckedMeta(t.dtype, t.shape, limits_.max_tensor_bytes, what));
+      const uint64_t has = t.device ? t.device->bytes() : t.data.size();
+      if (!graph_.shapes_only && (t.device ? has < meta.Bytes() : has != meta.Bytes())) {
+        return absl::InvalidArgumentError(absl::StrCat(what, ": data has ", has,
+                                                       " bytes, expected ", meta.Bytes(), " for ",
+                                                       meta.DebugString()));
       }
-      consumers[it->second].push_back(i);
-      ++pending[i];
+      inline_index_[name] = static_cast<int>(plan_.inlines.size());
+      plan_.inlines.push_back({name, std::move(meta), t.data, t.device});
     }
+    return absl::OkStatus();
   }
 
-  // Kahn's algorithm: the order nodes run in; whatever is left over sits on a cycle.
-  std::vector<int> order;
-  std::queue<int> ready;
-  for (int i = 0; i < num_nodes; ++i) {
-    if (pending[i] == 0) ready.push(i);
-  }
-  while (!ready.empty()) {
-    const int i = ready.front();
-    ready.pop();
-    order.push_back(i);
-    for (int c : consumers[i]) {
-      if (--pending[c] == 0) ready.push(c);
+  // Node ids: present, short and unique.
+  absl::Status IndexNodeIds() {
+    for (int i = 0; i < num_nodes_; ++i) {
+      const absl::string_view id = graph_.nodes[i].id;
+      if (id.empty()) return absl::InvalidArgumentError(absl::StrCat("node ", i, " has an empty id"));
+      if (id.size() > kMaxNodeIdBytes) {
+        return absl::InvalidArgumentError(absl::StrCat("node ", i, " has an id of ", id.size(),
+                                                       " bytes; ids need at most ", kMaxNodeIdBytes));
+      }
+      if (!id_index_.emplace(id, i).second) {
+        return absl::InvalidArgumentError(absl::StrCat("duplicate node id ", Quote(id)));
+      }
     }
-  }
-  if (static_cast<int>(order.size()) != num_nodes) {
-    std::vector<std::string> cyclic;
-    for (int i = 0; i < num_nodes; ++i) {
-      if (pending[i] > 0) cyclic.push_back(Quote(graph.nodes[i].id));
-    }
-    return absl::InvalidArgumentError(
-        absl::StrCat("the graph has a cycle through nodes ", absl::StrJoin(cyclic, ", ")));
+    return absl::OkStatus();
   }
 
-  // Nodes in order: resolve inputs, infer shapes, choose algorithms.
-  std::vector<int> position(num_nodes);
-  for (int p = 0; p < num_nodes; ++p) position[order[p]] = p;
-  plan.nodes.resize(num_nodes);
-  for (int p = 0; p < num_nodes; ++p) {
-    const GraphNode& node = graph.nodes[order[p]];
-    PlanNode& n = plan.nodes[p];
+  // Each node's op and arity, the edges between nodes, then the order they run in (Kahn's
+  // algorithm: whatever is left over sits on a cycle).
+  absl::Status OrderNodes() {
+    std::vector<std::vector<int>> consumers(num_nodes_);
+    std::vector<int> pending(num_nodes_, 0);
+    for (int i = 0; i < num_nodes_; ++i) {
+      const GraphNode& node = graph_.nodes[i];
+      const OpSpec* op = FindOp(node.op);
+      if (op == nullptr) {
+        std::vector<absl::string_view> names;
+        for (const OpSpec& o : Ops()) names.push_back(o.name);
+        return absl::InvalidArgumentError(absl::StrCat("node ", Quote(node.id), ": unknown op ",
+                                                       Quote(node.op), "; ops: ",
+                                                       absl::StrJoin(names, ", ")));
+      }
+      const int num_inputs = static_cast<int>(node.inputs.size());
+      if (num_inputs != op->arity) {
+        return absl::InvalidArgumentError(absl::StrCat("node ", Quote(node.id), " (", op->name,
+                                                       "): expected ", op->arity,
+                                                       " input(s), got ", num_inputs));
+      }
+      for (int j = 0; j < num_inputs; ++j) {
+        if (node.inputs[j].source != GraphInput::Source::kNode) continue;
+        auto it = id_index_.find(node.inputs[j].name);
+        if (it == id_index_.end()) {
+          return absl::InvalidArgumentError(absl::StrCat("node ", Quote(node.id), " input ", j,
+                                                         ": refers to node ",
+                                                         Quote(node.inputs[j].name),
+                                                         ", which is not in the graph"));
+        }
+        consumers[it->second].push_back(i);
+        ++pending[i];
+      }
+    }
+
+    std::queue<int> ready;
+    for (int i = 0; i < num_nodes_; ++i) {
+      if (pending[i] == 0) ready.push(i);
+    }
+    while (!ready.empty()) {
+      const int i = ready.front();
+      ready.pop();
+      order_.push_back(i);
+      for (int c : consumers[i]) {
+        if (--pending[c] == 0) ready.push(c);
+      }
+    }
+    if (static_cast<int>(order_.size()) != num_nodes_) {
+      std::vector<std::string> cyclic;
+      for (int i = 0; i < num_nodes_; ++i) {
+        if (pending[i] > 0) cyclic.push_back(Quote(graph_.nodes[i].id));
+      }
+      return absl::InvalidArgumentError(
+          absl::StrCat("the graph has a cycle through nodes ", absl::StrJoin(cyclic, ", ")));
+    }
+    position_.resize(num_nodes_);
+    for (int p = 0; p < num_nodes_; ++p) position_[order_[p]] = p;
+    return absl::OkStatus();
+  }
+
+  // The node that runs at position `p`: its attributes and inputs resolved, its output's shape
+  // inferred, its algorithm chosen. The nodes before it are planned already.
+  absl::Status PlanNodeAt(int p) {
+    const GraphNode& node = graph_.nodes[order_[p]];
+    PlanNode& n = plan_.nodes[p];
     n.id = std::string(node.id);
     n.op = FindOp(node.op);
     auto at = [&](const absl::Status& s) { return AtNode(s, n.id, n.op->name); };
@@ -225,115 +254,147 @@ absl::StatusOr<Plan> BuildPlan(const Graph& graph, const Backend& backend,
     n.fusable = fuse && (node.algorithm.empty() || node.algorithm == "auto");
     n.attrs = *std::move(attrs);
     for (int j = 0; j < static_cast<int>(node.inputs.size()); ++j) {
-      const GraphInput& in = node.inputs[j];
-      PlanInput pi;
-      switch (in.source) {
-        case GraphInput::Source::kStored: {
-          auto t = store.Get(std::string(in.name), tenant);
-          if (!t.ok()) return at(absl::Status(t.status().code(), absl::StrCat("input ", j, ": ", t.status().message())));
-          pi.source = PlanInput::Source::kStored;
-          pi.stored = *t;
-          n.input_meta.push_back((*t)->meta);
-          break;
-        }
-        case GraphInput::Source::kInline: {
-          auto it = inline_index.find(in.name);
-          if (it == inline_index.end()) {
-            return at(absl::InvalidArgumentError(absl::StrCat(
-                "input ", j, ": inline tensor ", Quote(in.name), " is not in the request")));
-          }
-          pi.source = PlanInput::Source::kInline;
-          pi.index = it->second;
-          n.input_meta.push_back(plan.inlines[it->second].meta);
-          break;
-        }
-        case GraphInput::Source::kNode: {
-          const int src = position[id_index.find(in.name)->second];
-          pi.source = PlanInput::Source::kNode;
-          pi.index = src;
-          plan.nodes[src].last_use = p;
-          n.input_meta.push_back(plan.nodes[src].output);
-          break;
-        }
-        case GraphInput::Source::kNone:
-          return at(absl::InvalidArgumentError(
-              absl::StrCat("input ", j, ": names no source (stored, inline_name or node)")));
-      }
-      n.inputs.push_back(std::move(pi));
+      auto in = PlanInputOf(node.inputs[j], j, p, n);
+      if (!in.ok()) return at(in.status());
+      n.inputs.push_back(*std::move(in));
     }
     auto out = n.op->infer(n.input_meta);
     if (!out.ok()) return at(out.status());
     n.output = *std::move(out);
-    if (auto s = CheckMeta(n.output, limits.max_tensor_bytes, "output"); !s.ok()) return at(s);
-    auto algo = ResolveAlgorithm(*n.op, n.input_meta, node.algorithm, backend);
+    if (auto s = CheckMeta(n.output, limits_.max_tensor_bytes, "output"); !s.ok()) return at(s);
+    auto algo = ResolveAlgorithm(*n.op, n.input_meta, node.algorithm, backend_);
     if (!algo.ok()) return at(algo.status());
     n.algo = *algo;
     n.cost = n.op->cost(n.input_meta, n.output);
+    return absl::OkStatus();
   }
 
-  // Outputs: what leaves the request, inline or stored.
-  uint64_t returned_bytes = 0;
-  std::vector<std::string> returned_ids;
-  std::map<std::string, bool, std::less<>> store_names;
-  for (const GraphOutput& o : graph.outputs) {
-    auto it = id_index.find(o.node);
-    if (it == id_index.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("output refers to node ", Quote(o.node), ", which is not in the graph"));
-    }
-    PlanNode& n = plan.nodes[position[it->second]];
-    if (!o.return_inline && o.store_as.empty() && !o.device_dest) {
-      return absl::InvalidArgumentError(absl::StrCat("output of node ", Quote(o.node),
-                                                     " neither returns inline nor stores"));
-    }
-    if (o.device_dest || o.host_dest != nullptr) {
-      const uint64_t room = o.device_dest ? o.device_dest->bytes() : o.host_dest_bytes;
-      if (room < n.output.Bytes()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "output of node ", Quote(o.node), ": its destination holds ", room,
-            " bytes, the output needs ", n.output.Bytes(), " for ", n.output.DebugString()));
+  // Input `j` of the node at position `p` (`n`), whose meta it appends to n.input_meta.
+  absl::StatusOr<PlanInput> PlanInputOf(const GraphInput& in, int j, int p, PlanNode& n) {
+    PlanInput pi;
+    switch (in.source) {
+      case GraphInput::Source::kStored: {
+        auto t = store_.Get(std::string(in.name), tenant_);
+        if (!t.ok()) {
+          return absl::Status(t.status().code(),
+                              absl::StrCat("input ", j, ": ", t.status().message()));
+        }
+        pi.source = PlanInput::Source::kStored;
+        pi.stored = *t;
+        n.input_meta.push_back((*t)->meta);
+        break;
       }
-      if (n.device_dest || n.host_dest != nullptr || !o.store_as.empty() ||
-          !n.store_as.empty() || (o.device_dest && o.return_inline)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "output of node ", Quote(o.node),
-            ": a shared-memory destination is its one destination (not stored, not returned twice)"));
+      case GraphInput::Source::kInline: {
+        auto it = inline_index_.find(in.name);
+        if (it == inline_index_.end()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "input ", j, ": inline tensor ", Quote(in.name), " is not in the request"));
+        }
+        pi.source = PlanInput::Source::kInline;
+        pi.index = it->second;
+        n.input_meta.push_back(plan_.inlines[it->second].meta);
+        break;
       }
-      n.device_dest = o.device_dest;
-      n.host_dest = o.host_dest;
-    }
-    if (o.return_inline && !n.returned) {
-      n.returned = true;
-      if (n.host_dest == nullptr) {
-        returned_bytes += n.output.Bytes();
-        returned_ids.push_back(Quote(n.id));
+      case GraphInput::Source::kNode: {
+        const int src = position_[id_index_.find(in.name)->second];
+        pi.source = PlanInput::Source::kNode;
+        pi.index = src;
+        plan_.nodes[src].last_use = p;
+        n.input_meta.push_back(plan_.nodes[src].output);
+        break;
       }
-    }
-    if (!o.store_as.empty()) {
-      const std::string name(o.store_as);
-      RETURN_IF_ERROR(CheckTensorName(name, absl::StrCat("output of node ", Quote(o.node))));
-      if (n.device_dest || n.host_dest != nullptr) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "output of node ", Quote(o.node),
-            ": a shared-memory destination is its one destination (not stored, not returned twice)"));
-      }
-      if (!store_names.emplace(name, true).second) {
+      case GraphInput::Source::kNone:
         return absl::InvalidArgumentError(
-            absl::StrCat("two outputs store under the name ", Quote(name)));
-      }
-      RETURN_IF_ERROR(store.CheckFree(name, o.overwrite, tenant));
-      n.store_as.push_back({name, o.overwrite});
+            absl::StrCat("input ", j, ": names no source (stored, inline_name or node)"));
     }
+    return pi;
   }
-  if (returned_bytes + ResponseOverheadBytes(num_nodes, returned_ids.size()) > limits.max_message_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the outputs of node(s) ", absl::StrJoin(returned_ids, ", "), " total ", returned_bytes,
-        " bytes, which with the response's framing exceeds the limit of ", limits.max_message_bytes,
-        " bytes (--max_message_bytes); store them and use GetTensor"));
+
+  // Outputs: what leaves the request, inline, stored or into a shared-memory region; the
+  // returned bytes within the message limit.
+  absl::Status PlanOutputs() {
+    uint64_t returned_bytes = 0;
+    std::vector<std::string> returned_ids;
+    std::map<std::string, bool, std::less<>> store_names;
+    for (const GraphOutput& o : graph_.outputs) {
+      auto it = id_index_.find(o.node);
+      if (it == id_index_.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("output refers to node ", Quote(o.node), ", which is not in the graph"));
+      }
+      PlanNode& n = plan_.nodes[position_[it->second]];
+      if (!o.return_inline && o.store_as.empty() && !o.device_dest) {
+        return absl::InvalidArgumentError(absl::StrCat("output of node ", Quote(o.node),
+                                                       " neither returns inline nor stores"));
+      }
+      if (o.device_dest || o.host_dest != nullptr) {
+        const uint64_t room = o.device_dest ? o.device_dest->bytes() : o.host_dest_bytes;
+        if (room < n.output.Bytes()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "output of node ", Quote(o.node), ": its destination holds ", room,
+              " bytes, the output needs ", n.output.Bytes(), " for ", n.output.DebugString()));
+        }
+        if (n.device_dest || n.host_dest != nullptr || !o.store_as.empty() ||
+            !n.store_as.empty() || (o.device_dest && o.return_inline)) {
+          return OneDestinationError(o);
+        }
+        n.device_dest = o.device_dest;
+        n.host_dest = o.host_dest;
+      }
+      if (o.return_inline && !n.returned) {
+        n.returned = true;
+        if (n.host_dest == nullptr) {
+          returned_bytes += n.output.Bytes();
+          returned_ids.push_back(Quote(n.id));
+        }
+      }
+      if (!o.store_as.empty()) {
+        const std::string name(o.store_as);
+        RETURN_IF_ERROR(CheckTensorName(name, absl::StrCat("output of node ", Quote(o.node))));
+        if (n.device_dest || n.host_dest != nullptr) return OneDestinationError(o);
+        if (!store_names.emplace(name, true).second) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("two outputs store under the name ", Quote(name)));
+        }
+        RETURN_IF_ERROR(store_.CheckFree(name, o.overwrite, tenant_));
+        n.store_as.push_back({name, o.overwrite});
+      }
+    }
+    if (returned_bytes + ResponseOverheadBytes(num_nodes_, returned_ids.size()) >
+        limits_.max_message_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the outputs of node(s) ", absl::StrJoin(returned_ids, ", "), " total ", returned_bytes,
+          " bytes, which with the response's framing exceeds the limit of ",
+          limits_.max_message_bytes, " bytes (--max_message_bytes); store them and use GetTensor"));
+    }
+    return absl::OkStatus();
   }
-  FusePlan(plan, backend);
-  plan.signature = PlanSignature(plan);
-  return plan;
+
+  static absl::Status OneDestinationError(const GraphOutput& o) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "output of node ", Quote(o.node),
+        ": a shared-memory destination is its one destination (not stored, not returned twice)"));
+  }
+
+  const Graph& graph_;
+  const Backend& backend_;
+  const TensorStore& store_;
+  const Limits& limits_;
+  const std::string& tenant_;
+  const int num_nodes_;
+  Plan plan_;
+  std::map<std::string, int, std::less<>> inline_index_;  // inline tensor name -> plan_.inlines
+  std::map<absl::string_view, int> id_index_;              // node id -> index in graph_.nodes
+  std::vector<int> order_;     // the graph's node indices in the order they run
+  std::vector<int> position_;  // index in graph_.nodes -> position in plan_.nodes
+};
+
+}  // namespace
+
+absl::StatusOr<Plan> BuildPlan(const Graph& graph, const Backend& backend,
+                               const TensorStore& store, const Limits& limits,
+                               const std::string& tenant) {
+  return Planner(graph, backend, store, limits, tenant).Build();
 }
 
 }  // namespace opserve
