@@ -53,13 +53,13 @@ ABSL_FLAG(int, lanes, 0,
           "taking requests from one queue: 1 to 64 (0: 2 on a GPU, 1 on the CPU, at most "
           "--max_inflight)");
 ABSL_FLAG(int, graph_cache, 64,
-          "CUDA graphs kept per execution context (--lane_contexts per lane) for replay: a graph of two or "
-          "more nodes received again with the same signature runs as one launch; 0 to 1024 (0: "
-          "every node launched on its own)");
+          "CUDA graphs kept per execution context (--lane_contexts per lane) for replay: a graph, "
+          "of one node or more, received again with the same signature runs as one launch; 0 to "
+          "1024 (0: every node launched on its own)");
 ABSL_FLAG(int, worker_poll_us, 2000,
           "after each job the device worker polls its queue (or for a free context) this long "
-          "before it sleeps (0: sleep at once); requests closer together than this skip a thread "
-          "wake-up");
+          "before it sleeps: 0 to 1000000 (0: sleep at once); requests closer together than this "
+          "skip a thread wake-up");
 ABSL_FLAG(int, completion_threads, opserve::DeviceWorker::kDefaultCompletionThreads,
           "threads per lane that wait for its requests' device work and send their replies: 1 "
           "to 8 (with 2, one replies while the other waits for the next request)");
@@ -285,6 +285,18 @@ absl::StatusOr<int> LaneContextsFromFlags() {
   return contexts;
 }
 
+// A lane that polls for longer than this between requests would hold a core for nothing.
+constexpr int kMaxWorkerPollUs = 1000000;
+
+absl::StatusOr<std::chrono::microseconds> WorkerPollFromFlags() {
+  const int us = absl::GetFlag(FLAGS_worker_poll_us);
+  if (us < 0 || us > kMaxWorkerPollUs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--worker_poll_us must be 0 to ", kMaxWorkerPollUs, ", got ", us));
+  }
+  return std::chrono::microseconds(us);
+}
+
 absl::StatusOr<ServiceOptions> ServiceOptionsFromFlags(uint64_t budget) {
   // A limit of 0 would start a server that refuses every request: say so at start-up instead.
   struct AtLeast {
@@ -460,12 +472,17 @@ int Run() {
     std::cerr << "opserve: " << lane_contexts.status() << std::endl;
     return 2;
   }
+  auto worker_poll = WorkerPollFromFlags();
+  if (!worker_poll.ok()) {
+    std::cerr << "opserve: " << worker_poll.status() << std::endl;
+    return 2;
+  }
   if (metrics) metrics->InitLanes(lanes);
   std::cerr << "opserve: " << lanes << (lanes == 1 ? " lane" : " lanes") << std::endl;
   Metrics* lane_metrics = metrics.get();
   auto device_or = Device::Start(
       std::move(backend), lanes, absl::GetFlag(FLAGS_max_inflight),
-      std::chrono::microseconds(std::clamp(absl::GetFlag(FLAGS_worker_poll_us), 0, 1000000)),
+      *worker_poll,
       [lane_metrics](int lane, int running) {
         if (lane_metrics != nullptr) lane_metrics->SetLaneInflight(lane, running);
       },

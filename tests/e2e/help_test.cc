@@ -106,6 +106,7 @@ TEST(HelpTest, UnusableLimitsAreRefusedAtStartUp) {
       "--shutdown_grace_seconds=-1", "--lanes=-1", "--lanes=65", "--lanes=4 --max_inflight=2",
       "--graph_cache=-1", "--graph_cache=1025", "--completion_threads=0", "--completion_threads=9",
       "--lane_contexts=0", "--lane_contexts=9", "--max_batch_size=0", "--max_batch_size=65",
+      "--worker_poll_us=-1", "--worker_poll_us=1000001",
       // Below the oldest GPUs the kernels are built for, or not MAJOR.MINOR.
       "--max_compute_capability=7.5", "--max_compute_capability=abc",
       "--max_compute_capability=8", "--max_compute_capability=9.0.1"};
