@@ -3,9 +3,10 @@
 
 1. Starts `opserve --device=cpu` on loopback and a Prometheus server (temporary storage, scrape
    and rule evaluation every second, deploy/prometheus/rules loaded) that scrapes its /metrics.
+   The server runs two lanes.
 2. Before any request: every kernel series (the four opserve_kernel_* families, one per op and
    algorithm of the backend's table, as ListOps then lists them) exists at 0 on /metrics and in
-   Prometheus.
+   Prometheus, and so does each lane's opserve_lane_inflight.
 3. Over gRPC (Debian's python3-grpcio, stubs generated here with protoc and grpc_python_plugin):
    ListOps, then Execute graphs of every op with every algorithm the server lists, with inline
    tensors, in two rounds so that every kernel series has samples before and after an increase.
@@ -14,7 +15,8 @@
    - instance_op_algorithm:opserve_kernel_gigabytes_per_second:rate5m > 0 for every (op,
      algorithm) that ran, and the GFLOP/s rule > 0 for matmul;
    - opserve_requests_total by (rpc, code) equal to the requests this test sent and the codes it
-     got back; the error-ratio and latency recording rules present.
+     got back; the error-ratio and latency recording rules present;
+   - the busy rule (kernel seconds per wall second) > 0 for the server's device.
 5. Lints the server's own /metrics with `promtool check metrics`.
 
 Everything is bounded in time (--timeout, and a deadline on every wait); both servers are stopped
@@ -42,6 +44,8 @@ import urllib.parse
 import urllib.request
 
 OPS = ("sum", "row_sum", "row_mean", "transpose", "matmul")
+LANES = 2
+BUSY_RULE = "instance_device:opserve_kernel_busy:ratio_rate5m"
 KERNEL_FAMILIES = ("opserve_kernel_seconds_total", "opserve_kernel_bytes_total",
                    "opserve_kernel_flops_total", "opserve_kernel_launches_total")
 GBPS_RULE = "instance_op_algorithm:opserve_kernel_gigabytes_per_second:rate5m"
@@ -281,7 +285,7 @@ def main():
         # to take a port between our choosing it and the server binding it.
         opserve_log = os.path.join(work, "opserve.log")
         procs.start("opserve", [args.opserve, "--host=127.0.0.1", "--port=0", "--metrics_port=0",
-                                "--device=cpu"], opserve_log)
+                                "--device=cpu", f"--lanes={LANES}"], opserve_log)
         ports = {}
 
         def logged_ports():
@@ -322,7 +326,7 @@ def main():
         wait_for("Prometheus ready", lambda: procs.check_alive() or
                  http_get(f"{prom.base}/-/ready") is not None, time.monotonic() + 60)
         rules = prom.rules_loaded()
-        for rule in (GBPS_RULE, GFLOPS_RULE, "job:opserve_request_errors:ratio_rate5m"):
+        for rule in (GBPS_RULE, GFLOPS_RULE, BUSY_RULE, "job:opserve_request_errors:ratio_rate5m"):
             if rule not in rules:
                 raise Failure(f"recording rule {rule} not loaded; loaded: {rules}")
         wait_for("Prometheus scraping opserve (up == 1)",
@@ -341,6 +345,15 @@ def main():
             if not initial_kernels[family] or nonzero:
                 raise Failure(f"before any request, {family} should hold a 0 for every kernel; "
                               f"has {initial_kernels[family]}")
+
+        # One gauge per lane, at 0 while nothing runs: the lanes the server was started with.
+        lanes = {l.get("lane"): v for name, l, v in initial if name == "opserve_lane_inflight"}
+        if lanes != {str(i): 0.0 for i in range(LANES)}:
+            raise Failure(f"opserve_lane_inflight before any request: {lanes}, expected lanes "
+                          f"0..{LANES - 1} at 0")
+        wait_for("each lane's gauge in Prometheus", lambda: len(
+            sample_map(prom.query(f'opserve_lane_inflight{{job="{JOB}"}}'), "lane")) == LANES,
+            time.monotonic() + 30)
 
         def kernels_at_zero_in_prometheus():
             procs.check_alive()
@@ -482,6 +495,13 @@ def main():
             return errors, p99
         errors, p99 = wait_for("error ratio > 0 and Execute p99 > 0", derived_rules, deadline)
         log(f"error ratio {errors}, Execute p99 {p99} s")
+
+        def busy_positive():
+            busy = sample_map(prom.query(f'{BUSY_RULE}{{job="{JOB}"}}'), "device")
+            if not busy.get(("cpu",), 0) > 0:
+                raise Failure(f"{BUSY_RULE}: {busy}")
+            return busy
+        log(f"busy {wait_for('the busy rule > 0 for device cpu', busy_positive, deadline)}")
 
         log(f"PASS: {len(ran)} (op, algorithm) pairs with GB/s > 0, "
             f"{int(sum(expected.values()))} requests counted exactly")
