@@ -233,5 +233,49 @@ TEST_F(GpuReplayTest, ReplayedNodesReportTheirOwnKernelTimes) {
   EXPECT_LT(replayed[2], replayed[0]) << "row_sum " << replayed[2] << " us, matmul " << replayed[0];
 }
 
+// --graph_cache=N keeps N graphs per execution context and evicts the least recently used:
+// with one context and room for two, a third signature pushes out the one used longest ago,
+// which must then be captured again, while the one used since stays and replays.
+TEST_F(GpuReplayTest, TheCacheKeepsItsMostRecentlyUsedGraphs) {
+  Restart({"--lanes=1", "--lane_contexts=1", "--graph_cache=2"});
+  // Three signatures: row_mean over three shapes, each on its own stored tensor.
+  std::vector<client::HostTensor> xs;
+  std::vector<v1::ExecuteRequest> graphs;
+  for (int rows : {3, 4, 5}) {
+    const std::string name = "X" + std::to_string(rows);
+    xs.push_back(RandomFloats({rows, 300}, rng_));
+    ASSERT_TRUE(client().PutTensor(name, xs.back(), true).ok());
+    v1::ExecuteRequest& g = graphs.emplace_back();
+    AddNode(g, "m", "row_mean", {Stored(name)}, "auto");
+    AddOutput(g, "m", true);
+  }
+  // (graph, captured anew): 0 and 1 fill the cache; 0 is used again, so 2 evicts 1; 0 stays;
+  // 1 comes back captured (evicting 2, the least recently used by then), 2 too.
+  const std::vector<std::pair<int, bool>> steps = {
+      {0, true}, {1, true}, {0, false}, {2, true}, {0, false}, {1, true}, {2, true}, {1, false}};
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const auto [g, captured] = steps[i];
+    SCOPED_TRACE("step " + std::to_string(i) + ", graph " + std::to_string(g));
+    auto resp = client().Execute(graphs[g]);
+    ASSERT_TRUE(resp.ok()) << resp.status();
+    if (captured) {
+      EXPECT_EQ(resp->graph(), v1::GRAPH_CAPTURED) << v1::GraphReplay_Name(resp->graph());
+    } else {
+      EXPECT_TRUE(resp->graph() == v1::GRAPH_REPLAYED || resp->graph() == v1::GRAPH_REBOUND)
+          << v1::GraphReplay_Name(resp->graph());
+    }
+    // And the right numbers, whichever graph ran.
+    const client::HostTensor& x = xs[g];
+    ASSERT_EQ(resp->outputs(0).tensor().data().size(), x.shape[0] * sizeof(float));
+    const float* got = reinterpret_cast<const float*>(resp->outputs(0).tensor().data().data());
+    const float* v = reinterpret_cast<const float*>(x.data.data());
+    for (int64_t r = 0; r < x.shape[0]; ++r) {
+      double want = 0;
+      for (int64_t c = 0; c < x.shape[1]; ++c) want += v[r * x.shape[1] + c];
+      EXPECT_NEAR(got[r], want / static_cast<double>(x.shape[1]), 1e-5) << "row " << r;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace opserve::e2e
