@@ -246,10 +246,11 @@ void Metrics::Impl::Build(const std::string& backend) {
                        .Register(*registry);
   auto& graphs = prometheus::BuildCounter()
                      .Name("opserve_graph_replays_total")
-                     .Help("Execute requests on a device with a graph cache by how their kernels ran: "
-                           "hit (a cached CUDA graph replayed), rebound (replayed after an update "
-                           "to the request's tensors), miss (captured now), direct (node by node: "
-                           "kernels a graph cannot capture, or intermediates over the budget).")
+                     .Help("Execute and ModelInfer requests on a device with a graph cache by how "
+                           "their kernels ran: hit (a cached CUDA graph replayed), rebound "
+                           "(replayed after an update to the request's tensors), miss (captured "
+                           "now), direct (node by node: kernels a graph cannot capture, or "
+                           "intermediates over the budget).")
                      .Register(*registry);
   for (size_t i = 0; i < kGraphResults.size(); ++i) {
     graph_results[i] = &graphs.Add({{"device", device}, {"result", std::string(kGraphResults[i])}});
