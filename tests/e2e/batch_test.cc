@@ -148,6 +148,88 @@ TEST_F(BatchTest, CallsThatWaitTogetherRunAsOneAndEachGetsItsOwnResult) {
   EXPECT_GT(batched, 0) << "no call ran in a batch";
 }
 
+// A batch counts once against --max_inflight, whatever its size: with room for two jobs (one
+// running, one waiting) calls join the waiting batch beyond that limit, and a call that would
+// start a third job is refused with RESOURCE_EXHAUSTED naming the flag. Were each member
+// counted, no batch could hold more than two calls.
+class BatchInflightTest : public OpserveTest {
+ protected:
+  std::vector<std::string> ExtraFlags() const override {
+    return {"--lanes=1", "--lane_contexts=1", "--max_inflight=2", "--max_batch_size=8"};
+  }
+};
+
+TEST_F(BatchInflightTest, ABatchCountsOnceAgainstTheInflightLimit) {
+  constexpr int kClients = 10, kCalls = 40;
+  std::vector<Seen> seen(kClients);
+  std::vector<int64_t> refused(kClients, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kClients; ++t) {
+    threads.emplace_back([&, t] {
+      Seen& s = seen[t];
+      std::mt19937_64 rng(2000 + t);
+      client::ClientOptions options;
+      options.target = server().target();
+      options.timeout = absl::Seconds(60);
+      auto c = client::Client::Connect(options);
+      if (!c.ok()) {
+        s.problems.push_back(c.status().ToString());
+        return;
+      }
+      const std::string x = absl::StrCat("x", t);
+      for (int i = 0; i < kCalls && s.problems.size() < 3; ++i) {
+        const std::vector<float> values = RandomValues(rng, kTinyRows);
+        absl::Status put = (*c)->PutTensor(x, F32({kTinyRows, kCols}, values), true).status();
+        if (!put.ok()) {
+          s.problems.push_back(absl::StrCat("PutTensor: ", put.ToString()));
+          continue;
+        }
+        absl::StatusOr<v1::ExecuteResponse> r = (*c)->Execute(Graph(Kind::kStored, x, values));
+        const std::string at = absl::StrCat("client ", t, " call ", i, ": ");
+        if (r.status().code() == absl::StatusCode::kResourceExhausted) {
+          if (r.status().message().find("--max_inflight=2") == absl::string_view::npos) {
+            s.problems.push_back(at + "refused without naming the limit: " + r.status().ToString());
+          }
+          ++refused[t];
+          continue;
+        }
+        if (!r.ok()) {
+          s.problems.push_back(at + r.status().ToString());
+          continue;
+        }
+        const std::string& data = r->outputs(0).tensor().data();
+        const std::vector<double> want = ColumnMeans(values);
+        if (data.size() != kCols * sizeof(float)) {
+          s.problems.push_back(at + "output of " + std::to_string(data.size()) + " bytes");
+          continue;
+        }
+        const float* got = reinterpret_cast<const float*>(data.data());
+        for (int64_t col = 0; col < kCols; ++col) {
+          if (!(std::fabs(got[col] - want[col]) <= 1e-5)) {  // NaN fails
+            s.problems.push_back(absl::StrCat(at, "column ", col, ": ", got[col], " against ",
+                                              want[col], " (batch of ", r->batch_size(), ")"));
+            break;
+          }
+        }
+        ++s.checked;
+        s.biggest = std::max<int64_t>(s.biggest, r->batch_size());
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  int64_t checked = 0, biggest = 0, refusals = 0;
+  for (int t = 0; t < kClients; ++t) {
+    for (const std::string& p : seen[t].problems) ADD_FAILURE() << p;
+    checked += seen[t].checked;
+    biggest = std::max(biggest, seen[t].biggest);
+    refusals += refused[t];
+  }
+  std::cout << "[ BATCHES  ] " << checked << " calls answered, " << refusals
+            << " refused; the biggest batch held " << biggest << std::endl;
+  EXPECT_EQ(checked + refusals, kClients * kCalls);
+  EXPECT_GT(biggest, 2) << "no batch held more calls than --max_inflight=2";
+}
+
 // Without the flag every call runs alone and says so.
 class UnbatchedTest : public OpserveTest {
  protected:
