@@ -4,8 +4,10 @@
 // inputs (stored, or inline), so a batch that mixed up members' inputs, outputs or node
 // reports would show in the numbers; calls that store an output, and calls that move more than
 // kMaxBatchableBytes, never batch.
+#include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <memory>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -59,9 +61,55 @@ v1::ExecuteRequest Graph(Kind kind, const std::string& x, const std::vector<floa
 }
 
 struct Seen {
-  int64_t checked = 0, batched = 0, biggest = 0;
+  int64_t checked = 0, batched = 0, biggest = 0, refused = 0;
   std::vector<std::string> problems;
 };
+
+// Every thread's figures together, each thread's problems reported as failures.
+Seen Total(const std::vector<Seen>& seen) {
+  Seen all;
+  for (const Seen& s : seen) {
+    for (const std::string& p : s.problems) ADD_FAILURE() << p;
+    all.checked += s.checked;
+    all.batched += s.batched;
+    all.refused += s.refused;
+    all.biggest = std::max(all.biggest, s.biggest);
+  }
+  return all;
+}
+
+// A client of its own for one thread, or nullptr with the reason in `s`.
+std::unique_ptr<client::Client> Connect(const std::string& target, Seen& s) {
+  client::ClientOptions options;
+  options.target = target;
+  options.timeout = absl::Seconds(60);
+  auto c = client::Client::Connect(options);
+  if (!c.ok()) {
+    s.problems.push_back(c.status().ToString());
+    return nullptr;
+  }
+  return *std::move(c);
+}
+
+// Whether `r`'s one output holds the column means of `values`; if not, says why in `s`.
+bool HasColumnMeans(const std::string& at, const v1::ExecuteResponse& r,
+                    const std::vector<float>& values, Seen& s) {
+  const std::string& data = r.outputs(0).tensor().data();
+  if (data.size() != kCols * sizeof(float)) {
+    s.problems.push_back(at + "output of " + std::to_string(data.size()) + " bytes");
+    return false;
+  }
+  const std::vector<double> want = ColumnMeans(values);
+  const float* got = reinterpret_cast<const float*>(data.data());
+  for (int64_t col = 0; col < kCols; ++col) {
+    if (!(std::fabs(got[col] - want[col]) <= 1e-5)) {  // NaN fails
+      s.problems.push_back(absl::StrCat(at, "column ", col, ": ", got[col], " against ",
+                                        want[col], " (batch of ", r.batch_size(), ")"));
+      return true;  // answered with the right size: counted, its problem reported
+    }
+  }
+  return true;
+}
 
 TEST_F(BatchTest, CallsThatWaitTogetherRunAsOneAndEachGetsItsOwnResult) {
   std::vector<Seen> seen(kThreads);
@@ -75,27 +123,21 @@ TEST_F(BatchTest, CallsThatWaitTogetherRunAsOneAndEachGetsItsOwnResult) {
     threads.emplace_back([&, t, kind] {
       Seen& s = seen[t];
       std::mt19937_64 rng(1000 + t);
-      client::ClientOptions options;
-      options.target = server().target();
-      options.timeout = absl::Seconds(60);
-      auto c = client::Client::Connect(options);
-      if (!c.ok()) {
-        s.problems.push_back(c.status().ToString());
-        return;
-      }
+      std::unique_ptr<client::Client> c = Connect(server().target(), s);
+      if (c == nullptr) return;
       const std::string x = absl::StrCat("x", t);
       for (int i = 0; i < kCallsPerThread && s.problems.size() < 3; ++i) {
         // A new input every call: a member given another's input or output would not match.
         const int64_t rows = kind == Kind::kBig ? kBigRows : kTinyRows;
         const std::vector<float> values = RandomValues(rng, rows);
         if (kind != Kind::kInline) {
-          absl::Status put = (*c)->PutTensor(x, F32({rows, kCols}, values), true).status();
+          absl::Status put = c->PutTensor(x, F32({rows, kCols}, values), true).status();
           if (!put.ok()) {
             s.problems.push_back(absl::StrCat("PutTensor: ", put.ToString()));
             continue;
           }
         }
-        absl::StatusOr<v1::ExecuteResponse> r = (*c)->Execute(Graph(kind, x, values));
+        absl::StatusOr<v1::ExecuteResponse> r = c->Execute(Graph(kind, x, values));
         if (!r.ok()) {
           s.problems.push_back(absl::StrCat("Execute: ", r.status().ToString()));
           continue;
@@ -113,20 +155,7 @@ TEST_F(BatchTest, CallsThatWaitTogetherRunAsOneAndEachGetsItsOwnResult) {
         if (r->batch_size() < 1 || r->batch_size() > 8) {
           s.problems.push_back(at + "batch_size " + std::to_string(r->batch_size()));
         }
-        const std::string& data = r->outputs(0).tensor().data();
-        if (data.size() != kCols * sizeof(float)) {
-          s.problems.push_back(at + "output of " + std::to_string(data.size()) + " bytes");
-          continue;
-        }
-        const std::vector<double> want = ColumnMeans(values);
-        const float* got = reinterpret_cast<const float*>(data.data());
-        for (int64_t col = 0; col < kCols; ++col) {
-          if (!(std::fabs(got[col] - want[col]) <= 1e-5)) {  // NaN fails
-            s.problems.push_back(absl::StrCat(at, "column ", col, ": ", got[col], " against ",
-                                              want[col], " (batch of ", r->batch_size(), ")"));
-            break;
-          }
-        }
+        if (!HasColumnMeans(at, *r, values, s)) continue;
         ++s.checked;
         if (r->batch_size() > 1) ++s.batched;
         s.biggest = std::max<int64_t>(s.biggest, r->batch_size());
@@ -134,18 +163,12 @@ TEST_F(BatchTest, CallsThatWaitTogetherRunAsOneAndEachGetsItsOwnResult) {
     });
   }
   for (std::thread& th : threads) th.join();
-  int64_t checked = 0, batched = 0, biggest = 0;
-  for (int t = 0; t < kThreads; ++t) {
-    for (const std::string& p : seen[t].problems) ADD_FAILURE() << p;
-    checked += seen[t].checked;
-    batched += seen[t].batched;
-    biggest = std::max(biggest, seen[t].biggest);
-  }
-  std::cout << "[ BATCHES  ] " << batched << " of " << checked
-            << " calls ran in a batch; the biggest held " << biggest << std::endl;
-  EXPECT_EQ(checked, kThreads * kCallsPerThread);
+  const Seen all = Total(seen);
+  std::cout << "[ BATCHES  ] " << all.batched << " of " << all.checked
+            << " calls ran in a batch; the biggest held " << all.biggest << std::endl;
+  EXPECT_EQ(all.checked, kThreads * kCallsPerThread);
   // Twelve clients on one lane of one context: calls wait for the device together.
-  EXPECT_GT(batched, 0) << "no call ran in a batch";
+  EXPECT_GT(all.batched, 0) << "no call ran in a batch";
 }
 
 // A batch counts once against --max_inflight, whatever its size: with room for two jobs (one
@@ -162,72 +185,46 @@ class BatchInflightTest : public OpserveTest {
 TEST_F(BatchInflightTest, ABatchCountsOnceAgainstTheInflightLimit) {
   constexpr int kClients = 10, kCalls = 40;
   std::vector<Seen> seen(kClients);
-  std::vector<int64_t> refused(kClients, 0);
   std::vector<std::thread> threads;
   for (int t = 0; t < kClients; ++t) {
     threads.emplace_back([&, t] {
       Seen& s = seen[t];
       std::mt19937_64 rng(2000 + t);
-      client::ClientOptions options;
-      options.target = server().target();
-      options.timeout = absl::Seconds(60);
-      auto c = client::Client::Connect(options);
-      if (!c.ok()) {
-        s.problems.push_back(c.status().ToString());
-        return;
-      }
+      std::unique_ptr<client::Client> c = Connect(server().target(), s);
+      if (c == nullptr) return;
       const std::string x = absl::StrCat("x", t);
       for (int i = 0; i < kCalls && s.problems.size() < 3; ++i) {
         const std::vector<float> values = RandomValues(rng, kTinyRows);
-        absl::Status put = (*c)->PutTensor(x, F32({kTinyRows, kCols}, values), true).status();
+        absl::Status put = c->PutTensor(x, F32({kTinyRows, kCols}, values), true).status();
         if (!put.ok()) {
           s.problems.push_back(absl::StrCat("PutTensor: ", put.ToString()));
           continue;
         }
-        absl::StatusOr<v1::ExecuteResponse> r = (*c)->Execute(Graph(Kind::kStored, x, values));
+        absl::StatusOr<v1::ExecuteResponse> r = c->Execute(Graph(Kind::kStored, x, values));
         const std::string at = absl::StrCat("client ", t, " call ", i, ": ");
         if (r.status().code() == absl::StatusCode::kResourceExhausted) {
           if (r.status().message().find("--max_inflight=2") == absl::string_view::npos) {
             s.problems.push_back(at + "refused without naming the limit: " + r.status().ToString());
           }
-          ++refused[t];
+          ++s.refused;
           continue;
         }
         if (!r.ok()) {
           s.problems.push_back(at + r.status().ToString());
           continue;
         }
-        const std::string& data = r->outputs(0).tensor().data();
-        const std::vector<double> want = ColumnMeans(values);
-        if (data.size() != kCols * sizeof(float)) {
-          s.problems.push_back(at + "output of " + std::to_string(data.size()) + " bytes");
-          continue;
-        }
-        const float* got = reinterpret_cast<const float*>(data.data());
-        for (int64_t col = 0; col < kCols; ++col) {
-          if (!(std::fabs(got[col] - want[col]) <= 1e-5)) {  // NaN fails
-            s.problems.push_back(absl::StrCat(at, "column ", col, ": ", got[col], " against ",
-                                              want[col], " (batch of ", r->batch_size(), ")"));
-            break;
-          }
-        }
+        if (!HasColumnMeans(at, *r, values, s)) continue;
         ++s.checked;
         s.biggest = std::max<int64_t>(s.biggest, r->batch_size());
       }
     });
   }
   for (std::thread& th : threads) th.join();
-  int64_t checked = 0, biggest = 0, refusals = 0;
-  for (int t = 0; t < kClients; ++t) {
-    for (const std::string& p : seen[t].problems) ADD_FAILURE() << p;
-    checked += seen[t].checked;
-    biggest = std::max(biggest, seen[t].biggest);
-    refusals += refused[t];
-  }
-  std::cout << "[ BATCHES  ] " << checked << " calls answered, " << refusals
-            << " refused; the biggest batch held " << biggest << std::endl;
-  EXPECT_EQ(checked + refusals, kClients * kCalls);
-  EXPECT_GT(biggest, 2) << "no batch held more calls than --max_inflight=2";
+  const Seen all = Total(seen);
+  std::cout << "[ BATCHES  ] " << all.checked << " calls answered, " << all.refused
+            << " refused; the biggest batch held " << all.biggest << std::endl;
+  EXPECT_EQ(all.checked + all.refused, kClients * kCalls);
+  EXPECT_GT(all.biggest, 2) << "no batch held more calls than --max_inflight=2";
 }
 
 // Without the flag every call runs alone and says so.
