@@ -1,11 +1,15 @@
 // Issue 14's target 4: the demo graph row_mean(transpose(matmul(A, B))) at 1024^3, A and B
 // stored, sent back to back by one client to a one-lane server, once with the CUDA-graph cache
 // (replayed after its first request) and once without (--graph_cache=0, node by node). The
-// server's compute_us against the sum of its nodes' kernel_us, medians over the run.
+// server's compute_us against the sum of its kernels' kernel_us (each fused kernel once: the
+// transpose runs inside the row_mean's column reduction), medians over the run; and the CUDA
+// floor of a graph of the same shape launched by the bench itself (graph_floor.h).
 #pragma once
 
 #include <string>
 #include <vector>
+
+#include "bench/graph_floor.h"
 
 namespace opserve::bench {
 
@@ -20,7 +24,9 @@ struct ReplayMode {
   std::string name;  // "replayed" or "node by node"
   int graph_cache = 0;
   double compute_p50_us = 0;
-  double kernels_p50_us = 0;  // the sum of the nodes' kernel_us, per request
+  double kernels_p50_us = 0;   // the sum of the kernels' kernel_us, per request
+  double overhead_p50_us = 0;  // compute_us less that sum, per request
+  std::vector<double> kernel_p50_us;  // each kernel's (a node whose fused_into is empty)
   double total_p50_us = 0;    // the client's latency
   int replayed = 0;           // requests that answered GRAPH_REPLAYED
   int rebound = 0;            // GRAPH_REBOUND: replayed after an update to new addresses
@@ -31,6 +37,7 @@ struct ReplayFigures {
   bool ran = false;
   std::string error;
   std::vector<ReplayMode> modes;
+  GraphFloor floor;  // for the replayed mode's kernels
 };
 
 ReplayFigures RunReplayBench(const ReplayOptions& options);
