@@ -1,25 +1,17 @@
 #include "bench/graph_floor.h"
 
-#include <cuda_runtime.h>
+#include <cuda_runtime_api.h>
 #include <unistd.h>
-
-#include <algorithm>
-#include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "bench/bench_device.h"
+#include "bench/service_process.h"
 #include "kernels/stream_marks.h"
 
 namespace opserve::bench {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 constexpr uint64_t kOutputBytes = 4096;  // the demo graph's output: 1024 floats
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
 
 // Frees what MeasureGraphFloor made, whichever step it stopped at.
 struct Resources {
@@ -88,7 +80,7 @@ GraphFloor MeasureGraphFloor(const std::vector<double>& node_us, int launches) {
     if ((e = cudaEventRecord(r.done, r.stream)) != cudaSuccess) return fail("event", e);
     while ((e = cudaEventQuery(r.done)) == cudaErrorNotReady) {
     }
-    const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    const double us = Us(Clock::now() - t0);
     if (e != cudaSuccess) return fail("graph", e);
     if (i >= kWarm) {
       const double s = static_cast<double>(r.stamps[nodes] - r.stamps[0]) * 1e-3;
@@ -98,9 +90,9 @@ GraphFloor MeasureGraphFloor(const std::vector<double>& node_us, int launches) {
     }
     usleep(200);  // the gap one client leaves between its requests: the device idle before each
   }
-  f.seen_p50_us = Median(seen);
-  f.span_p50_us = Median(span);
-  f.overhead_p50_us = Median(overhead);
+  f.seen_p50_us = Percentile(seen, 0.5);
+  f.span_p50_us = Percentile(span, 0.5);
+  f.overhead_p50_us = Percentile(overhead, 0.5);
   f.ran = true;
   return f;
 }
