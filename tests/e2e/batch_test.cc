@@ -91,6 +91,24 @@ std::unique_ptr<client::Client> Connect(const std::string& target, Seen& s) {
   return *std::move(c);
 }
 
+// Runs `body(t, s, rng, client, name)` on `n` threads at once, thread t with a client of its
+// own, random numbers seeded `seed + t` and the tensor name "x<t>"; returns their tally.
+template <typename Body>
+Seen RunClients(const std::string& target, int n, uint64_t seed, Body body) {
+  std::vector<Seen> seen(n);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < n; ++t) {
+    threads.emplace_back([&, t] {
+      Seen& s = seen[t];
+      std::mt19937_64 rng(seed + t);
+      std::unique_ptr<client::Client> c = Connect(target, s);
+      if (c != nullptr) body(t, s, rng, *c, absl::StrCat("x", t));
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  return Total(seen);
+}
+
 // Whether `r`'s one output holds the column means of `values`; if not, says why in `s`.
 bool HasColumnMeans(const std::string& at, const v1::ExecuteResponse& r,
                     const std::vector<float>& values, Seen& s) {
@@ -112,58 +130,49 @@ bool HasColumnMeans(const std::string& at, const v1::ExecuteResponse& r,
 }
 
 TEST_F(BatchTest, CallsThatWaitTogetherRunAsOneAndEachGetsItsOwnResult) {
-  std::vector<Seen> seen(kThreads);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
+  auto calls = [&](int t, Seen& s, std::mt19937_64& rng, client::Client& c,
+                   const std::string& x) {
     // Two threads each of the kinds that never batch, so that they could batch with each other.
     const Kind kind = t == 3 || t == 5  ? Kind::kKept
-                      : t == 7 || t == 11 ? Kind::kBig
-                      : t % 2 == 0 ? Kind::kStored
-                                   : Kind::kInline;
-    threads.emplace_back([&, t, kind] {
-      Seen& s = seen[t];
-      std::mt19937_64 rng(1000 + t);
-      std::unique_ptr<client::Client> c = Connect(server().target(), s);
-      if (c == nullptr) return;
-      const std::string x = absl::StrCat("x", t);
-      for (int i = 0; i < kCallsPerThread && s.problems.size() < 3; ++i) {
-        // A new input every call: a member given another's input or output would not match.
-        const int64_t rows = kind == Kind::kBig ? kBigRows : kTinyRows;
-        const std::vector<float> values = RandomValues(rng, rows);
-        if (kind != Kind::kInline) {
-          absl::Status put = c->PutTensor(x, F32({rows, kCols}, values), true).status();
-          if (!put.ok()) {
-            s.problems.push_back(absl::StrCat("PutTensor: ", put.ToString()));
-            continue;
-          }
-        }
-        absl::StatusOr<v1::ExecuteResponse> r = c->Execute(Graph(kind, x, values));
-        if (!r.ok()) {
-          s.problems.push_back(absl::StrCat("Execute: ", r.status().ToString()));
+                    : t == 7 || t == 11 ? Kind::kBig
+                    : t % 2 == 0 ? Kind::kStored
+                                 : Kind::kInline;
+    for (int i = 0; i < kCallsPerThread && s.problems.size() < 3; ++i) {
+      // A new input every call: a member given another's input or output would not match.
+      const int64_t rows = kind == Kind::kBig ? kBigRows : kTinyRows;
+      const std::vector<float> values = RandomValues(rng, rows);
+      if (kind != Kind::kInline) {
+        absl::Status put = c.PutTensor(x, F32({rows, kCols}, values), true).status();
+        if (!put.ok()) {
+          s.problems.push_back(absl::StrCat("PutTensor: ", put.ToString()));
           continue;
         }
-        const std::string at = absl::StrCat("thread ", t, " call ", i, ": ");
-        if (r->nodes_size() != 2 || r->nodes(0).id() != "t" || r->nodes(1).id() != "m" ||
-            r->outputs_size() != 1 || r->outputs(0).node() != "m") {
-          s.problems.push_back(at + "nodes or outputs not its own: " + r->ShortDebugString());
-          continue;
-        }
-        if ((kind == Kind::kKept || kind == Kind::kBig) && r->batch_size() != 1) {
-          s.problems.push_back(at + "a call that stores or moves over a MiB ran in a batch of " +
-                               std::to_string(r->batch_size()));
-        }
-        if (r->batch_size() < 1 || r->batch_size() > 8) {
-          s.problems.push_back(at + "batch_size " + std::to_string(r->batch_size()));
-        }
-        if (!HasColumnMeans(at, *r, values, s)) continue;
-        ++s.checked;
-        if (r->batch_size() > 1) ++s.batched;
-        s.biggest = std::max<int64_t>(s.biggest, r->batch_size());
       }
-    });
-  }
-  for (std::thread& th : threads) th.join();
-  const Seen all = Total(seen);
+      absl::StatusOr<v1::ExecuteResponse> r = c.Execute(Graph(kind, x, values));
+      if (!r.ok()) {
+        s.problems.push_back(absl::StrCat("Execute: ", r.status().ToString()));
+        continue;
+      }
+      const std::string at = absl::StrCat("thread ", t, " call ", i, ": ");
+      if (r->nodes_size() != 2 || r->nodes(0).id() != "t" || r->nodes(1).id() != "m" ||
+          r->outputs_size() != 1 || r->outputs(0).node() != "m") {
+        s.problems.push_back(at + "nodes or outputs not its own: " + r->ShortDebugString());
+        continue;
+      }
+      if ((kind == Kind::kKept || kind == Kind::kBig) && r->batch_size() != 1) {
+        s.problems.push_back(at + "a call that stores or moves over a MiB ran in a batch of " +
+                             std::to_string(r->batch_size()));
+      }
+      if (r->batch_size() < 1 || r->batch_size() > 8) {
+        s.problems.push_back(at + "batch_size " + std::to_string(r->batch_size()));
+      }
+      if (!HasColumnMeans(at, *r, values, s)) continue;
+      ++s.checked;
+      if (r->batch_size() > 1) ++s.batched;
+      s.biggest = std::max<int64_t>(s.biggest, r->batch_size());
+    }
+  };
+  const Seen all = RunClients(server().target(), kThreads, 1000, calls);
   std::cout << "[ BATCHES  ] " << all.batched << " of " << all.checked
             << " calls ran in a batch; the biggest held " << all.biggest << std::endl;
   EXPECT_EQ(all.checked, kThreads * kCallsPerThread);
@@ -184,43 +193,34 @@ class BatchInflightTest : public OpserveTest {
 
 TEST_F(BatchInflightTest, ABatchCountsOnceAgainstTheInflightLimit) {
   constexpr int kClients = 10, kCalls = 40;
-  std::vector<Seen> seen(kClients);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kClients; ++t) {
-    threads.emplace_back([&, t] {
-      Seen& s = seen[t];
-      std::mt19937_64 rng(2000 + t);
-      std::unique_ptr<client::Client> c = Connect(server().target(), s);
-      if (c == nullptr) return;
-      const std::string x = absl::StrCat("x", t);
-      for (int i = 0; i < kCalls && s.problems.size() < 3; ++i) {
-        const std::vector<float> values = RandomValues(rng, kTinyRows);
-        absl::Status put = c->PutTensor(x, F32({kTinyRows, kCols}, values), true).status();
-        if (!put.ok()) {
-          s.problems.push_back(absl::StrCat("PutTensor: ", put.ToString()));
-          continue;
-        }
-        absl::StatusOr<v1::ExecuteResponse> r = c->Execute(Graph(Kind::kStored, x, values));
-        const std::string at = absl::StrCat("client ", t, " call ", i, ": ");
-        if (r.status().code() == absl::StatusCode::kResourceExhausted) {
-          if (r.status().message().find("--max_inflight=2") == absl::string_view::npos) {
-            s.problems.push_back(at + "refused without naming the limit: " + r.status().ToString());
-          }
-          ++s.refused;
-          continue;
-        }
-        if (!r.ok()) {
-          s.problems.push_back(at + r.status().ToString());
-          continue;
-        }
-        if (!HasColumnMeans(at, *r, values, s)) continue;
-        ++s.checked;
-        s.biggest = std::max<int64_t>(s.biggest, r->batch_size());
+  auto calls = [&](int t, Seen& s, std::mt19937_64& rng, client::Client& c,
+                   const std::string& x) {
+    for (int i = 0; i < kCalls && s.problems.size() < 3; ++i) {
+      const std::vector<float> values = RandomValues(rng, kTinyRows);
+      absl::Status put = c.PutTensor(x, F32({kTinyRows, kCols}, values), true).status();
+      if (!put.ok()) {
+        s.problems.push_back(absl::StrCat("PutTensor: ", put.ToString()));
+        continue;
       }
-    });
-  }
-  for (std::thread& th : threads) th.join();
-  const Seen all = Total(seen);
+      absl::StatusOr<v1::ExecuteResponse> r = c.Execute(Graph(Kind::kStored, x, values));
+      const std::string at = absl::StrCat("client ", t, " call ", i, ": ");
+      if (r.status().code() == absl::StatusCode::kResourceExhausted) {
+        if (r.status().message().find("--max_inflight=2") == absl::string_view::npos) {
+          s.problems.push_back(at + "refused without naming the limit: " + r.status().ToString());
+        }
+        ++s.refused;
+        continue;
+      }
+      if (!r.ok()) {
+        s.problems.push_back(at + r.status().ToString());
+        continue;
+      }
+      if (!HasColumnMeans(at, *r, values, s)) continue;
+      ++s.checked;
+      s.biggest = std::max<int64_t>(s.biggest, r->batch_size());
+    }
+  };
+  const Seen all = RunClients(server().target(), kClients, 2000, calls);
   std::cout << "[ BATCHES  ] " << all.checked << " calls answered, " << all.refused
             << " refused; the biggest batch held " << all.biggest << std::endl;
   EXPECT_EQ(all.checked + all.refused, kClients * kCalls);
