@@ -208,6 +208,14 @@ std::span<const OpSpec> Ops();
 std::span<const AlgoSpec> Algorithms();
 std::span<const AutoRule> AutoRules();
 
+// An op file outside server/ops/ (a test's toy op) joins the table through the same entry
+// function a built-in op file has, registered before the table is first read:
+//   const bool kRegistered = RegisterOpFile(ToyNegateOp);  // at namespace scope, in its file
+// The table lists the built-in files (registry.cc's kOpFiles) first, then these in the order
+// they were registered. Registering after the first read, or an op name the table already
+// has, is a programming error: the process says which and aborts.
+bool RegisterOpFile(OpEntry (*entry)());
+
 const OpSpec* FindOp(absl::string_view name);
 // The CPU backend's row of `op`: the reference every other algorithm is tested against.
 const AlgoSpec* CpuReference(absl::string_view op);

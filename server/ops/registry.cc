@@ -1,6 +1,8 @@
 // The op table, put together from the op files, and the lookups over it: the choice of
 // algorithm for a node ("auto" included) is made here and nowhere else.
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -26,6 +28,20 @@ namespace {
 constexpr OpEntry (*kOpFiles[])() = {ops::SumOp, ops::RowSumOp, ops::RowMeanOp,
                                      ops::TransposeOp, ops::MatmulOp};
 
+// Op files outside server/ops/ (a test's toy op), which register themselves (RegisterOpFile)
+// instead of a line in kOpFiles, in the order they registered. Registration runs
+// during static initialisation, before main's threads, so no lock guards it.
+std::vector<OpEntry (*)()>& RegisteredOpFiles() {
+  static auto* const kFiles = new std::vector<OpEntry (*)()>;
+  return *kFiles;
+}
+bool table_built = false;
+
+[[noreturn]] void OpTableError(const std::string& what) {
+  std::fprintf(stderr, "opserve op table: %s\n", what.c_str());
+  std::abort();
+}
+
 // Built on first use, not at namespace scope: the test suites list their cases from the table
 // during static initialisation, possibly before another file's globals are constructed.
 struct Table {
@@ -33,18 +49,26 @@ struct Table {
   std::vector<AlgoSpec> algorithms;
   std::vector<AutoRule> auto_rules;
   std::vector<FusionRule> fusion_rules;
+
+  // One op file's entry, built-in or registered: the one way into the table.
+  void Add(OpEntry (*entry)()) {
+    OpEntry e = entry();
+    for (const OpSpec& op : ops) {
+      if (op.name == e.spec.name) OpTableError(absl::StrCat("op '", e.spec.name, "' added twice"));
+    }
+    ops.push_back(e.spec);
+    for (AlgoSpec& a : e.algorithms) algorithms.push_back(std::move(a));
+    for (const AutoRule& r : e.auto_rules) auto_rules.push_back(r);
+  }
 };
 
 const Table& TheTable() {
   static const Table* const kTable = [] {
     auto* t = new Table;
-    for (auto* entry : kOpFiles) {
-      OpEntry e = entry();
-      t->ops.push_back(e.spec);
-      for (AlgoSpec& a : e.algorithms) t->algorithms.push_back(std::move(a));
-      for (const AutoRule& r : e.auto_rules) t->auto_rules.push_back(r);
-    }
+    for (auto* entry : kOpFiles) t->Add(entry);
+    for (auto* entry : RegisteredOpFiles()) t->Add(entry);
     t->fusion_rules = ops::FusionEntries();
+    table_built = true;
     return t;
   }();
   return *kTable;
@@ -82,6 +106,15 @@ absl::StatusOr<int> ParseComputeCapability(absl::string_view text) {
         absl::StrCat("'", text, "' is not a compute capability MAJOR.MINOR such as 8.0 or 12.0"));
   }
   return (std::stoi(std::string(major)) * 10) + (minor[0] - '0');
+}
+
+bool RegisterOpFile(OpEntry (*entry)()) {
+  if (table_built) {
+    OpTableError(absl::StrCat("op '", entry().spec.name,
+                              "' registered after the table was first read"));
+  }
+  RegisteredOpFiles().push_back(entry);
+  return true;
 }
 
 std::span<const OpSpec> Ops() { return TheTable().ops; }

@@ -1,12 +1,15 @@
 // The API's contract, on whatever backend $OPSERVE_TEST_DEVICE names (the CPU in `make test`,
-// the GPU in scripts/gpu-suite.sh):
+// the GPU in scripts/gpu-suite.sh), for every op of the op table linked into this test (the
+// server's: ListOpsListsTheOpTable; a toy op's too, in e2e_toy_op_test):
 //  - every (op, algorithm, dtype) that ListOps lists runs and gives the right answer, and the
 //    op-level dtypes are exactly the union of the algorithms' dtypes;
 //  - tensors with a zero-length dimension work through every path, and no kernel runs on them;
+//  - an op ListOps lists that the table lacks fails the test, never passes unchecked;
 //  - a request that fails late (deadline during its last node, cancelled mid-graph, expired on
 //    arrival) stores nothing, and does not hold the device longer than the node it was running.
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <chrono>
@@ -118,6 +121,19 @@ std::vector<double> Expected(const OpSpec& op, const std::vector<client::HostTen
 
 class ContractTest : public OpserveTest {};
 
+// ListOps lists exactly the ops of the table that have a row of the server's backend: the table
+// this test reads is the server's.
+TEST_F(ContractTest, ListOpsListsTheOpTable) {
+  absl::StatusOr<v1::ListOpsResponse> ops = client().ListOps();
+  ASSERT_TRUE(ops.ok()) << ops.status();
+  std::set<std::string> listed, table;
+  for (const v1::OpInfo& op : ops->ops()) listed.insert(op.name());
+  for (const AlgoSpec& a : Algorithms()) {
+    if (a.backend == ops->backend()) table.insert(std::string(a.op));
+  }
+  EXPECT_EQ(listed, table) << "the server's ops and this test's op table differ";
+}
+
 // Every pair ListOps lists runs, answers right, and reports an algorithm ListOps lists; a dtype
 // it does not list is refused. The op-level dtypes are the union of the algorithms' dtypes.
 TEST_F(ContractTest, EveryListedOpAlgorithmAndDtypeRuns) {
@@ -194,66 +210,80 @@ client::HostTensor EmptyTensor(v1::DType dtype, std::vector<int64_t> shape) {
   return t;
 }
 
-struct EmptyCase {
-  std::string op;
-  std::vector<std::vector<int64_t>> inputs;
-  std::vector<int64_t> out_shape;
-};
+// An op's empty cases, from its test model: each small case with every dimension of one size set
+// to 0 (all of them at once, so that sizes which must agree, matmul's K, still do).
+std::vector<std::vector<std::vector<int64_t>>> EmptyCases(const OpSpec& op) {
+  std::set<std::vector<std::vector<int64_t>>> cases;
+  for (const std::vector<std::vector<int64_t>>& shapes : op.test.small_shapes) {
+    std::set<int64_t> sizes;
+    for (const auto& shape : shapes) sizes.insert(shape.begin(), shape.end());
+    for (int64_t size : sizes) {
+      std::vector<std::vector<int64_t>> c = shapes;
+      for (auto& shape : c) std::replace(shape.begin(), shape.end(), size, int64_t{0});
+      cases.insert(std::move(c));
+    }
+  }
+  return {cases.begin(), cases.end()};
+}
 
+// Every op on every dtype with an empty input answers what the table says without running a
+// kernel: the shape and dtype its shape rule infers, filled as its EmptyFill says; or, where
+// the shape rule refuses empty inputs, the same refusal. An op ListOps lists that this test's
+// table lacks, or a fill it does not know, fails: it cannot tell what the answer should be.
 TEST_F(ContractTest, EmptyTensorsRunEveryOpWithoutAKernel) {
-  const EmptyCase cases[] = {
-      {"sum", {{0}}, {}},
-      {"sum", {{3, 0, 2}}, {}},
-      {"row_sum", {{3, 0}}, {3}},
-      {"row_sum", {{0, 4}}, {0}},
-      {"row_mean", {{3, 0}}, {3}},
-      {"row_mean", {{0, 4}}, {0}},
-      {"transpose", {{0, 5}}, {5, 0}},
-      {"transpose", {{5, 0}}, {0, 5}},
-      {"matmul", {{3, 0}, {0, 4}}, {3, 4}},
-      {"matmul", {{0, 5}, {5, 4}}, {0, 4}},
-      {"matmul", {{3, 5}, {5, 0}}, {3, 0}},
-  };
   absl::StatusOr<v1::ListOpsResponse> ops = client().ListOps();
   ASSERT_TRUE(ops.ok()) << ops.status();
   for (const v1::OpInfo& op : ops->ops()) {
-    for (const EmptyCase& c : cases) {
-      if (c.op != op.name()) continue;
+    const OpSpec* spec = FindOp(op.name());
+    ASSERT_NE(spec, nullptr) << "ListOps lists op " << op.name()
+                             << ", which this test's op table lacks: it cannot check it";
+    const auto cases = EmptyCases(*spec);
+    EXPECT_FALSE(cases.empty()) << op.name() << ": its test model has no shape to empty";
+    for (const auto& shapes : cases) {
       for (int dtype : op.dtypes()) {
-        SCOPED_TRACE(absl::StrCat(c.op, " ", v1::DType_Name(dtype), " ", client::ShapeString(c.inputs[0])));
+        const auto dt = static_cast<v1::DType>(dtype);
+        SCOPED_TRACE(absl::StrCat(op.name(), " ", v1::DType_Name(dt), " ",
+                                  client::ShapeString(shapes[0])));
         v1::ExecuteRequest req;
         std::vector<In> refs;
-        for (size_t i = 0; i < c.inputs.size(); ++i) {
+        std::vector<TensorMeta> metas;
+        for (size_t i = 0; i < shapes.size(); ++i) {
           const std::string name = absl::StrCat("e", i);
-          int64_t n = 1;
-          for (int64_t d : c.inputs[i]) n *= d;
-          const auto dt = static_cast<v1::DType>(dtype);
-          AddInline(req, name, n == 0 ? EmptyTensor(dt, c.inputs[i]) : SmallIntegers(dt, c.inputs[i], rng_));
+          metas.push_back({static_cast<DType>(dtype), shapes[i]});
+          AddInline(req, name, metas.back().NumElements() == 0 ? EmptyTensor(dt, shapes[i])
+                                                               : SmallIntegers(dt, shapes[i], rng_));
           refs.push_back(Inline(name));
         }
-        AddNode(req, "n", c.op, refs);
+        AddNode(req, "n", op.name(), refs);
         AddOutput(req, "n", true);
         absl::StatusOr<v1::ExecuteResponse> resp = client().Execute(req);
+        const absl::StatusOr<TensorMeta> want = spec->infer(metas);
+        if (!want.ok()) {
+          EXPECT_TRUE(StatusIs(resp.status(), want.status().code())) << resp.status();
+          continue;
+        }
         ASSERT_TRUE(resp.ok()) << resp.status();
         const v1::NodeResult& r = resp->nodes(0);
         EXPECT_EQ(r.kernel_us(), 0.0) << "a kernel ran on zero elements";
         EXPECT_FALSE(r.algorithm().empty());
         EXPECT_NE(r.algorithm(), "auto");
         const v1::Tensor& t = resp->outputs(0).tensor();
-        EXPECT_EQ(std::vector<int64_t>(t.shape().begin(), t.shape().end()), c.out_shape);
-        // What numpy answers: 0 for sums (INT64 0 for integers), NaN for means of nothing,
-        // zeros for a product over K = 0.
-        const bool integer_sum = (dtype == v1::INT32 || dtype == v1::INT64) &&
-                                 (c.op == "sum" || c.op == "row_sum");
-        if (integer_sum) EXPECT_EQ(t.dtype(), v1::INT64);
-        int64_t n = 1;
-        for (int64_t d : c.out_shape) n *= d;
-        for (int64_t i = 0; i < n; ++i) {
+        EXPECT_EQ(std::vector<int64_t>(t.shape().begin(), t.shape().end()), want->shape);
+        EXPECT_EQ(static_cast<int>(t.dtype()), static_cast<int>(want->dtype));
+        // What numpy answers: 0 for sums of nothing, NaN for means of nothing, zeros for a
+        // product over K = 0.
+        for (int64_t i = 0; i < want->NumElements(); ++i) {
           const double v = ElementAt(t, i);
-          if (c.op == "row_mean") {
-            EXPECT_TRUE(std::isnan(v)) << "element " << i << " = " << v;
-          } else {
-            EXPECT_EQ(v, 0.0) << "element " << i;
+          switch (spec->empty_fill) {
+            case EmptyFill::kZeros:
+              EXPECT_EQ(v, 0.0) << "element " << i;
+              break;
+            case EmptyFill::kNaN:
+              EXPECT_TRUE(std::isnan(v)) << "element " << i << " = " << v;
+              break;
+            default:
+              FAIL() << "an EmptyFill this test does not know: "
+                     << static_cast<int>(spec->empty_fill);
           }
         }
       }
