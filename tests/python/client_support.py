@@ -89,11 +89,3 @@ class ServerTestCase(unittest.TestCase):
         if status != 0:
             raise AssertionError(f"opserve exited {status}:\n{cls.server.log()}")
 
-
-def float32_matmul_tolerance(a, b):
-    """An error bound for a float32 matmul against a float64 reference: K+2 unit roundoffs of the
-    same product on absolute values, twice for slack."""
-    import numpy as np
-    k = a.shape[1]
-    scale = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
-    return 2 * (k + 2) * 2.0 ** -24 * scale + 1e-7

@@ -1,7 +1,8 @@
 """What kserve_test.py needs that is not a test: stubs generated at test time, a real server,
-POSIX shared memory, datatype conversions and numpy references. Written from
+POSIX shared memory, datatype conversions and a numpy tolerance check. Written from
 proto/inference/grpc_service.proto, proto/opserve/v1/opserve.proto and README.md's "Open
-Inference Protocol (KServe v2)" section alone. Not a test itself.
+Inference Protocol (KServe v2)" section alone; what it needs of the op table is in op_table.py.
+Not a test itself.
 """
 
 import mmap
@@ -229,6 +230,7 @@ class Shm:
 
 NUMPY = {"FP32": np.float32, "INT32": np.int32, "INT64": np.int64, "BF16": np.uint16}
 KSERVE_OF_DTYPE = {1: "FP32", 2: "INT32", 3: "INT64", 4: "BF16"}  # opserve.v1.DType numbers
+DTYPE_OF_KSERVE = {"FP32": "FLOAT32", "INT32": "INT32", "INT64": "INT64", "BF16": "BFLOAT16"}  # their names
 
 
 def to_bf16_bits(x):
@@ -239,12 +241,6 @@ def to_bf16_bits(x):
     bits = np.atleast_1d(a).view(np.uint32).astype(np.uint64)
     rounded = (bits + np.uint64(0x7FFF) + ((bits >> np.uint64(16)) & np.uint64(1))) >> np.uint64(16)
     return rounded.astype(np.uint16).reshape(a.shape)
-
-
-def from_bf16_bits(bits):
-    b = np.asarray(bits, dtype=np.uint16)
-    wide = np.atleast_1d(b).astype(np.uint32) << np.uint32(16)  # 1-D: see to_bf16_bits
-    return wide.view(np.float32).reshape(b.shape)
 
 
 def random_input(rng, datatype, shape, big_ints=False):
@@ -260,52 +256,8 @@ def random_input(rng, datatype, shape, big_ints=False):
     return rng.integers(-bound, bound, shape, dtype=np.int64)
 
 
-def as_float64(datatype, array):
-    return from_bf16_bits(array).astype(np.float64) if datatype == "BF16" else array.astype(np.float64)
-
-
-def reference(op, datatype, inputs):
-    """(output datatype, numpy reference) as README's "Ops and dtypes" table states it. Integer
-    sums are exact int64 (wrapping as numpy's); everything else is computed in float64."""
-    x = inputs[0]
-    integer = datatype in ("INT32", "INT64")
-    if op in ("sum", "row_sum"):
-        axis = None if op == "sum" else 1
-        if integer:
-            with np.errstate(over="ignore"):
-                return "INT64", np.asarray(np.sum(x.astype(np.int64), axis=axis))
-        return "FP32", np.asarray(np.sum(as_float64(datatype, x), axis=axis))
-    if op == "row_mean":
-        if integer:
-            return "FP32", np.sum(x.astype(np.int64), axis=1).astype(np.float64) / x.shape[1]
-        return "FP32", np.mean(as_float64(datatype, x), axis=1)
-    if op == "transpose":
-        return datatype, np.ascontiguousarray(x.T)
-    if op == "matmul":
-        return "FP32", as_float64(datatype, x) @ as_float64(datatype, inputs[1])
-    raise ValueError(op)
-
-
-def reduction_length(op, inputs):
-    if op == "sum":
-        return inputs[0].size
-    if op in ("row_sum", "row_mean"):
-        return inputs[0].shape[1]
-    if op == "matmul":
-        return inputs[0].shape[1]
-    return 1
-
-
 def decode(datatype, shape, raw):
     return np.frombuffer(raw, dtype=NUMPY[datatype]).reshape(shape)
-
-
-def abs_reference(op, datatype, inputs):
-    """The reference computed on absolute values: what each element's rounding error scales with
-    (None where the output is exact: integers, transposes)."""
-    if datatype in ("INT32", "INT64") or op == "transpose":
-        return None
-    return reference(op, "FP32", [np.abs(as_float64(datatype, a)) for a in inputs])[1]
 
 
 def check_close(testcase, what, datatype_in, out_datatype, got, want, length, absref, input_rounding=0.0):

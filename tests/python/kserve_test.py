@@ -1,14 +1,17 @@
 #!/usr/bin/python3
 """The Open Inference Protocol (KServe v2) side of opserve, from a client written from the
 specification alone: proto/inference/grpc_service.proto, proto/opserve/v1/opserve.proto and
-README.md's "Open Inference Protocol (KServe v2)" section. Against real servers on the CPU
-backend in `make test`, on the CUDA backend in the GPU suite (OPSERVE_TEST_DEVICE=cuda): every
-RPC, every op model and datatype against numpy, a saved graph, stored-tensor inputs and outputs,
+README.md's "Open Inference Protocol (KServe v2)" section, and the op table read through
+opserve-op-table (op_table.py: the ops, their shapes and their CPU reference; no op list here).
+Against real servers on the CPU backend in `make test`, on the CUDA backend in the GPU suite
+(OPSERVE_TEST_DEVICE=cuda): every RPC, every op model and datatype against the CPU reference,
+every op's empty inputs, a saved graph (against numpy), stored-tensor inputs and outputs,
 system shared memory with a 256 MiB region, the README's hostile cases (code, culprit named,
 nothing changed) and tenancy. Stubs are generated at test time with protoc and
 grpc_python_plugin (Debian's python3-grpcio has no grpc_tools).
 
-  kserve_test.py --opserve BINARY --proto-root proto --work-dir DIR [--junit-xml FILE] [unittest args]
+  kserve_test.py --opserve BINARY --proto-root proto --work-dir DIR [--op-table TOOL]
+                 [--junit-xml FILE] [unittest args]
 """
 
 import argparse
@@ -23,16 +26,18 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kserve_support as ks  # noqa: E402
+import op_table  # noqa: E402
 from kserve_support import MiB, Client, In, Out, request  # noqa: E402
 
 import grpc  # noqa: E402
 
 ARGS = None
+TABLE = None  # op_table.OpTable
 K = KG = O = OG = R = RG = None  # generated modules: inference, opserve.v1, reflection
 C = grpc.StatusCode
 CUDA = ks.device() == "cuda"  # the GPU suite runs this file against the CUDA backend
-# README's "Fallbacks are reported": a row that cannot take a shape runs, and names, this one.
-FALLBACK = {"tma": "smem_tiled", "tensor_core_sm90a": "tensor_core"}
+# README's "Open Inference Protocol": an op model's inputs by the op's arity; its output is "y".
+INPUT_NAMES = {1: ["x"], 2: ["a", "b"]}
 
 
 class Base(unittest.TestCase):
@@ -45,7 +50,9 @@ class Base(unittest.TestCase):
         os.makedirs(cls.dir, exist_ok=True)
         cls.server = ks.Server(ARGS.opserve, cls.dir, "opserve", cls.extra_args())
         cls.c = Client(cls.server.target, cls.token)
-        cls.ops = {op.name: op for op in cls.c.ListOps(O.ListOpsRequest()).ops}
+        listed = cls.c.ListOps(O.ListOpsRequest())
+        cls.backend = listed.backend
+        cls.ops = {op.name: op for op in listed.ops}
 
     @classmethod
     def extra_args(cls):
@@ -128,31 +135,35 @@ class Base(unittest.TestCase):
         got = params["algorithm"].string_param
         self.assertTrue(got and got != "auto", f"algorithm '{got}'")
         if algorithm:
-            self.assertIn(got, (algorithm, FALLBACK.get(algorithm)), f"asked for {algorithm}")
+            # README's "Fallbacks are reported": a row that cannot take a shape runs, and names,
+            # the fallback the table gives it.
+            fallback = TABLE.op(op).fallback(algorithm) if op else ""
+            self.assertIn(got, (algorithm, fallback), f"asked for {algorithm}")
         if op:
             self.assertIn(got, [a.name for a in self.ops[op].algorithms], f"{op} ran '{got}'")
 
-    def op_inputs(self, op, datatype, typed=False, **params):
-        """Fresh random inputs for an op: (messages, arrays)."""
-        r = lambda: int(self.rng.integers(1, 90))  # noqa: E731
-        if op == "matmul":
-            m, k, n = r(), r(), r()
-            a, b = ks.random_input(self.rng, datatype, (m, k)), ks.random_input(self.rng, datatype, (k, n))
-            return [In("a", datatype, a.shape, a, typed), In("b", datatype, b.shape, b, typed)], [a, b]
-        shape = (r(), r()) if op != "sum" else tuple(r() for _ in range(int(self.rng.integers(0, 4))))
-        x = ks.random_input(self.rng, datatype, shape, big_ints=True)
-        return [In("x", datatype, shape, x, typed, **params)], [x]
+    def op_inputs(self, op, datatype, typed=False, case=None, **params):
+        """Fresh random inputs for an op on one of its table's small cases (`case`, else one
+        drawn at random): (messages, arrays)."""
+        cases = TABLE.op(op).small_shapes
+        shapes = cases[int(self.rng.integers(0, len(cases)))] if case is None else case
+        names = INPUT_NAMES[TABLE.op(op).arity]
+        arrays = [ks.random_input(self.rng, datatype, shape, big_ints=True) for shape in shapes]
+        return [In(n, datatype, a.shape, a, typed, **params) for n, a in zip(names, arrays)], arrays
 
     def check_output(self, what, op, datatype, arrays, response, index=0, raw=None):
+        """The output is named y and is what the CPU reference answers within the op's
+        tolerance for the algorithm that ran (opserve-op-table check)."""
         what = f"{what} (random seed {self.seed})"
-        out_dt, want = ks.reference(op, datatype, arrays)
         out = response.outputs[index]
-        self.assertEqual((out.name, out.datatype), ("y", out_dt), what)
-        self.assertEqual(list(out.shape), list(want.shape), what)
-        got = ks.decode(out_dt, want.shape, response.raw_output_contents[index] if raw is None else raw)
-        rounding = self.input_rounding(op, response.parameters["algorithm"].string_param, datatype)
-        ks.check_close(self, what, datatype, out_dt, got, want, ks.reduction_length(op, arrays),
-                       ks.abs_reference(op, datatype, arrays), rounding)
+        self.assertEqual(out.name, "y", what)
+        self.assertIn(out.datatype, ks.DTYPE_OF_KSERVE, what)
+        data = response.raw_output_contents[index] if raw is None else raw
+        ok, message = TABLE.check(
+            op, response.parameters["algorithm"].string_param,
+            [(ks.DTYPE_OF_KSERVE[datatype], a.shape, a.tobytes()) for a in arrays],
+            (ks.DTYPE_OF_KSERVE[out.datatype], out.shape, data))
+        self.assertTrue(ok, f"{what}: {message}")
 
 
 class KServeTest(Base):
@@ -172,7 +183,7 @@ class KServeTest(Base):
 
     def test_repository_and_model_readiness(self):
         index = {m.name: m for m in self.c.RepositoryIndex(K.RepositoryIndexRequest()).models}
-        self.assertEqual(set(self.ops), {"sum", "row_sum", "row_mean", "transpose", "matmul"})
+        self.assertEqual(set(self.ops), TABLE.names(self.backend), "ListOps against the op table")
         for op in self.ops:
             self.assertIn(op, index)
             self.assertEqual((index[op].version, index[op].state), ("1", "READY"), op)
@@ -190,21 +201,26 @@ class KServeTest(Base):
             meta = self.c.ModelMetadata(K.ModelMetadataRequest(name=op))
             self.assertEqual(meta.name, op)
             self.assertIn("1", meta.versions)
-            names = ["a", "b"] if op == "matmul" else ["x"]
-            self.assertEqual([i.name for i in meta.inputs], names, op)
+            model = TABLE.op(op)
+            self.assertEqual([i.name for i in meta.inputs], INPUT_NAMES[model.arity], op)
             self.assertEqual([o.name for o in meta.outputs], ["y"], op)
-            for i in meta.inputs:
+            # The rank of the op's typical case of the highest rank (README).
+            typical = max(model.small_shapes, key=lambda case: len(case[0]))
+            for i, shape in zip(meta.inputs, typical):
                 self.assertEqual(i.datatype, ks.KSERVE_OF_DTYPE[info.dtypes[0]], f"{op}: the op's first datatype")
                 self.assertTrue(all(d == -1 for d in i.shape), f"{op}: dimensions {list(i.shape)}")
-                if op != "sum":
-                    self.assertEqual(len(i.shape), 2, f"{op}: rank")
+                self.assertEqual(len(i.shape), len(shape), f"{op}: rank")
 
-    def test_every_op_and_datatype_against_numpy(self):
+    def test_every_op_and_datatype_against_the_reference(self):
         for op, info in self.ops.items():
             for datatype in (ks.KSERVE_OF_DTYPE[d] for d in info.dtypes):
-                for typed in ((False, True) if datatype != "BF16" else (False,)):
-                    with self.subTest(op=op, datatype=datatype, typed=typed):
-                        inputs, arrays = self.op_inputs(op, datatype, typed)
+                # Raw contents on every small case of the op's table; typed contents on one.
+                runs = [(False, case) for case in TABLE.op(op).small_shapes]
+                if datatype != "BF16":  # BF16 has no typed field
+                    runs.append((True, None))
+                for typed, case in runs:
+                    with self.subTest(op=op, datatype=datatype, typed=typed, case=case):
+                        inputs, arrays = self.op_inputs(op, datatype, typed, case)
                         outputs = [Out("y")] if typed else None  # none requested: every output
                         response = self.c.ModelInfer(request(op, inputs, outputs, version="1" if typed else ""))
                         self.assertEqual(response.model_name, op)
@@ -215,24 +231,28 @@ class KServeTest(Base):
 
     def test_algorithm_parameter(self):
         for op, info in self.ops.items():
+            datatype = ks.KSERVE_OF_DTYPE[info.dtypes[0]]
             for algorithm in info.algorithms:
-                inputs, arrays = self.op_inputs(op, "FP32")
+                # The algorithm's own first dtype: not every row takes the op's first one.
+                dt = ks.KSERVE_OF_DTYPE[algorithm.dtypes[0]]
+                inputs, arrays = self.op_inputs(op, dt)
                 response = self.c.ModelInfer(request(op, inputs, algorithm=algorithm.name))
-                self.check_params(response, algorithm.name)
-                self.check_output(f"{op}/{algorithm.name}", op, "FP32", arrays, response)
-            inputs, _ = self.op_inputs(op, "FP32")
+                self.check_params(response, algorithm.name, op)
+                self.check_output(f"{op}/{algorithm.name}", op, dt, arrays, response)
+            inputs, _ = self.op_inputs(op, datatype)
             self.check_params(self.c.ModelInfer(request(op, inputs, algorithm="auto")), self.auto_algorithm(op), op)
             self.expect_error(C.INVALID_ARGUMENT,
                               lambda: self.c.ModelInfer(request(op, inputs, algorithm="no_such_algorithm")),
                               "no_such_algorithm")
-        # A row of the table that only the CUDA backend runs (README names them): this server's
-        # limit where the build has CUDA rows; a build without them knows no such name.
-        lacks = C.UNIMPLEMENTED if ARGS.cuda_rows == "1" else C.INVALID_ARGUMENT
-        for op, gpu_only in (("transpose", "smem_tiled"), ("matmul", "tensor_core")):
-            if gpu_only not in [a.name for a in self.ops[op].algorithms]:
-                inputs, _ = self.op_inputs(op, "FP32")
-                self.expect_error(lacks, lambda: self.c.ModelInfer(request(op, inputs, algorithm=gpu_only)),
-                                  gpu_only, self.ops[op].algorithms[0].name)
+            # A row of the table this server does not offer (another backend's, or one above
+            # the device's compute capability): this server's limit, naming the row and what
+            # it runs instead.
+            listed = [a.name for a in info.algorithms]
+            for row in {a["name"] for a in TABLE.op(op).algorithms} - set(listed):
+                with self.subTest(op=op, unlisted=row):
+                    self.expect_error(C.UNIMPLEMENTED,
+                                      lambda: self.c.ModelInfer(request(op, inputs, algorithm=row)),
+                                      row, listed[0])
 
     def test_specified_rpcs_not_served_are_unimplemented(self):
         for rpc in ("ModelConfig", "ModelStatistics", "RepositoryModelLoad", "RepositoryModelUnload",
@@ -447,15 +467,25 @@ class KServeTest(Base):
             O.SaveGraphRequest(name="kv_g_last", graph=self.graph())), ("kv_g_last", "1024"))
 
     def test_empty_tensors(self):
-        for op, datatype, shape, out_dt, want in (("sum", "FP32", [0], "FP32", np.float32(0)),
-                                                  ("sum", "INT32", [0], "INT64", np.int64(0)),
-                                                  ("row_sum", "FP32", [3, 0], "FP32", np.zeros(3, np.float32)),
-                                                  ("transpose", "INT64", [0, 4], "INT64", np.zeros((4, 0), np.int64))):
-            response = self.c.ModelInfer(request(op, [In("x", datatype, shape, np.zeros(shape, ks.NUMPY[datatype]))]))
-            self.assertEqual((response.outputs[0].datatype, list(response.outputs[0].shape)),
-                             (out_dt, list(np.shape(want))), f"{op} of {datatype}{shape}")
-            got = ks.decode(out_dt, np.shape(want), response.raw_output_contents[0])
-            self.assertTrue(np.array_equal(got, want), f"{op} of {datatype}{shape}: {got}")
+        """Every op's empty cases (op_table.empty_cases) on every datatype: the output the op's
+        shape rule infers, filled as the table says (0, or NaN for a mean of nothing); or, where
+        the shape rule refuses empty inputs, the same refusal."""
+        for op, info in self.ops.items():
+            cases = op_table.empty_cases(TABLE.op(op))
+            self.assertTrue(cases, f"{op}: its test model has no shape to empty")
+            for case in cases:
+                for datatype in (ks.KSERVE_OF_DTYPE[d] for d in info.dtypes):
+                    with self.subTest(op=op, datatype=datatype, case=case):
+                        inputs, arrays = self.op_inputs(op, datatype, case=case)
+                        shaped = TABLE.infer(op, [(ks.DTYPE_OF_KSERVE[datatype], a.shape) for a in arrays])
+                        if not shaped["ok"]:
+                            self.expect_error(getattr(C, shaped["code"]),
+                                              lambda: self.c.ModelInfer(request(op, inputs)))
+                            continue
+                        response = self.c.ModelInfer(request(op, inputs))
+                        self.assertEqual(response.parameters["kernel_us"].double_param, 0.0,
+                                         "a kernel ran on zero elements")
+                        self.check_output(f"{op} of {datatype}{case}", op, datatype, arrays, response)
 
     def test_unregister_a_region_in_use(self):
         # A matmul whose inputs and output are in the region, sized to take ~3 s here (on the GPU
@@ -716,18 +746,17 @@ class KServeTenancyTest(Base):
 
 
 def main():
-    global ARGS, K, KG, O, OG, R, RG
+    global ARGS, TABLE, K, KG, O, OG, R, RG
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--opserve", required=True, help="the server binary")
     parser.add_argument("--proto-root", required=True, help="the directory holding inference/ and opserve/")
     parser.add_argument("--work-dir", required=True, help="for generated stubs and server logs")
-    parser.add_argument("--cuda-rows", default="1",
-                        help="1 when the server was built with CUDA, so its op table knows the "
-                             "CUDA rows' names (0: such a name is unknown there, INVALID_ARGUMENT)")
+    parser.add_argument("--op-table", help="opserve-op-table of the server's build (default: op_table.find_tool)")
     parser.add_argument("--junit-xml", help="also write each test's outcome there (the GPU suite counts them)")
     ARGS, rest = parser.parse_known_args()
     os.makedirs(ARGS.work_dir, exist_ok=True)
     K, KG, O, OG, R, RG = ks.generate_stubs(ARGS.proto_root, os.path.join(ARGS.work_dir, "gen"))
+    TABLE = op_table.OpTable(ARGS.op_table or op_table.find_tool(ARGS.opserve))
     runner = unittest.TextTestRunner(verbosity=2, resultclass=ks.RecordingResult)
     result = unittest.main(argv=[sys.argv[0], *rest], testRunner=runner, exit=False).result
     if ARGS.junit_xml:

@@ -10,6 +10,7 @@
         result["mean"]          # a numpy array
         result.print_table()    # per node: algorithm, kernel_us, bytes, GB/s
 
+Every op the server lists (client.ops()) is a Graph method, g.<op>(...), or g.op(name, ...).
 opserve.aio.Client is the same client for asyncio. Every failed call raises OpserveError with
 the gRPC code and the server's message. BFLOAT16 tensors come back as float32 unless
 raw_bfloat16=True asks for their uint16 bits.

@@ -5,6 +5,8 @@
     g.output(g.row_mean(g.transpose(ab)), name="mean", store_as="MEAN")
     result = client.run(g)          # result["mean"], result.nodes
 
+Every op the server lists (ListOps) is a method, ``g.<op>(inputs..., algorithm=, id=, attrs)``,
+or ``g.op(name, ...)``: the builder keeps no op list of its own.
 Nodes get ids from their op ("matmul_0", "transpose_1", ...) unless given one (``id=``);
 ``output(name=...)`` names the node it returns, so the name is also the id the server reports
 in the node table.
@@ -86,7 +88,7 @@ class Graph:
     # ---- ops ----
     def op(self, op: str, *inputs: Ref, algorithm: Optional[str] = None, id: Optional[str] = None,
            **attrs: AttrValue) -> Node:
-        """Any op by name (ListOps lists them); the methods below are this with the name filled.
+        """Any op by name (ListOps lists them); ``g.<op>(...)`` is this with the name filled.
 
         algorithm: the one to run (e.g. "cublas"); None or "auto" lets the server choose, and the
         result's NodeResult says which it chose. attrs: the op's attributes, if it has any.
@@ -104,25 +106,18 @@ class Graph:
         self._nodes.append(node)
         return node
 
-    def sum(self, x: Ref, **kwargs: Any) -> Node:
-        """The sum of every element: a scalar (INT64 for integers, FLOAT32 otherwise)."""
-        return self.op("sum", x, **kwargs)
+    def __getattr__(self, op: str) -> Any:
+        """Every op of the server's table as a method: ``g.row_sum(x, algorithm=...)`` is
+        ``g.op("row_sum", x, algorithm=...)``. The builder keeps no op list: ListOps says which
+        ops the server has, and the server refuses a name it lacks when the graph runs
+        (INVALID_ARGUMENT, "unknown op", naming it)."""
+        if op.startswith("_"):
+            raise AttributeError(op)
 
-    def row_sum(self, x: Ref, **kwargs: Any) -> Node:
-        """[rows, cols] -> [rows]: each row's sum."""
-        return self.op("row_sum", x, **kwargs)
-
-    def row_mean(self, x: Ref, **kwargs: Any) -> Node:
-        """[rows, cols] -> FLOAT32 [rows]: each row's mean."""
-        return self.op("row_mean", x, **kwargs)
-
-    def transpose(self, x: Ref, **kwargs: Any) -> Node:
-        """[rows, cols] -> [cols, rows]."""
-        return self.op("transpose", x, **kwargs)
-
-    def matmul(self, a: Ref, b: Ref, **kwargs: Any) -> Node:
-        """[M, K] x [K, N] -> FLOAT32 [M, N]."""
-        return self.op("matmul", a, b, **kwargs)
+        def method(*inputs: Ref, **kwargs: Any) -> Node:
+            return self.op(op, *inputs, **kwargs)
+        method.__name__ = method.__qualname__ = op
+        return method
 
     # ---- outputs ----
     def output(self, node: Node, name: Optional[str] = None, store_as: Optional[str] = None,

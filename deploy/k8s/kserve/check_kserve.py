@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks deploy/k8s/kserve (python3 and python3-yaml; kubectl for the rendering).
 
-  check_kserve.py [--repo DIR]
+  check_kserve.py [--repo DIR] [--op-table TOOL]
       - servingruntime.yaml is one serving.kserve.io/v1alpha1 ServingRuntime whose
         protocolVersions include grpc-v2, with one container, kserve-container;
       - that container declares one port, named h2c (KServe sends gRPC there), whose number is
@@ -14,6 +14,9 @@
         its terminationGracePeriodSeconds exceeds the drain (--shutdown_grace_seconds) by
         STOP_MARGIN_S, as in deploy/k8s;
       - kustomization.yaml lists both files and sets the images the base sets;
+      - with --op-table (tests/support's opserve-op-table, which ctest passes), no file of
+        deploy/k8s/kserve names an op of the table: the ops are models without a model
+        repository (ListOps and RepositoryIndex list them), and a list here would go stale;
       - `kubectl kustomize` renders deploy/k8s/kserve, and the runtime's rendered image is the
         base's Deployment's. Without kubectl this is a failure, as in scripts/check-deploy.sh.
   check_kserve.py --mutants [--repo DIR]
@@ -24,6 +27,7 @@ Exit status 0 when all is well, 1 on a finding.
 """
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -161,6 +165,23 @@ def check_kustomization(kserve, repo, problems):
                         f"{base.get('images')}")
 
 
+def op_names(tool):
+    """The op table's op names, from opserve-op-table describe."""
+    out = subprocess.run([tool, "describe"], check=True, capture_output=True, text=True).stdout
+    return [op["name"] for op in json.loads(out)["ops"]]
+
+
+def check_no_op_list(kserve, ops, problems):
+    for name in sorted(os.listdir(kserve)):
+        if not name.endswith(".yaml"):
+            continue
+        text = open(os.path.join(kserve, name)).read()
+        named = [op for op in ops if re.search(rf"\b{re.escape(op)}\b", text)]
+        if named:
+            problems.append(f"{name} names ops {named}: the server lists its ops (ListOps, "
+                            "RepositoryIndex); a list here goes stale")
+
+
 def kustomize(folder, problems):
     """The objects `kubectl kustomize folder` renders, by kind; {} (with a problem) on failure."""
     run = subprocess.run(["kubectl", "kustomize", folder], capture_output=True, text=True)
@@ -189,7 +210,7 @@ def check_rendered(repo, problems):
             problems.append(f"rendered runtime image {image} is not the base Deployment's {base_image}")
 
 
-def check(repo):
+def check(repo, ops=()):
     problems = []
     kserve = os.path.join(repo, KSERVE)
     runtime = load_one(os.path.join(kserve, "servingruntime.yaml"), problems)
@@ -200,6 +221,7 @@ def check(repo):
     if isvc is not None:
         check_inference_service(isvc, runtime, repo, problems)
     check_kustomization(kserve, repo, problems)
+    check_no_op_list(kserve, ops, problems)
     check_rendered(repo, problems)
     return problems
 
@@ -247,16 +269,20 @@ MUTANTS = [
     # Broken for kubectl only: a patch file that is not there.
     (f"{KSERVE}/kustomization.yaml", "images:", "patches:\n  - path: missing.yaml\nimages:",
      "kubectl kustomize"),
+    (f"{KSERVE}/servingruntime.yaml", "every op the server lists as a model",
+     "the ops as models: sum, row_sum", "names ops ["),
 ]
 
 
-def run_mutants(repo):
+def run_mutants(repo, ops):
     if shutil.which("kubectl") is None:
         print("kubectl not found: the mutants need it (CI has it: see docs/DEPLOY.md)")
         return 1
     missed = 0
+    # The op list's mutant needs the op table's names (--op-table).
+    mutants = [m for m in MUTANTS if ops or not m[3].startswith("names ops")]
     with tempfile.TemporaryDirectory() as tmp:
-        for path, old, new, expected in MUTANTS:
+        for path, old, new, expected in mutants:
             copy = os.path.join(tmp, "repo")
             shutil.rmtree(copy, ignore_errors=True)
             shutil.copytree(os.path.join(repo, "deploy/k8s"), os.path.join(copy, "deploy/k8s"))
@@ -269,11 +295,11 @@ def run_mutants(repo):
                 missed += 1
                 continue
             open(os.path.join(copy, path), "w").write(text.replace(old, new))
-            problems = check(copy)
+            problems = check(copy, ops)
             if not any(expected in p for p in problems):
                 print(f"SURVIVED: {path}: {old!r} -> {new!r} (problems: {problems})")
                 missed += 1
-    print(f"kserve mutants: {len(MUTANTS)} applied, {len(MUTANTS) - missed} caught, {missed} not")
+    print(f"kserve mutants: {len(mutants)} applied, {len(mutants) - missed} caught, {missed} not")
     return 1 if missed else 0
 
 
@@ -282,11 +308,13 @@ def main():
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repo", default=os.path.join(os.path.dirname(__file__), "..", "..", ".."))
     parser.add_argument("--mutants", action="store_true", help="run the mutants instead")
+    parser.add_argument("--op-table", help="opserve-op-table: check that no op list is kept here")
     args = parser.parse_args()
     repo = os.path.abspath(args.repo)
+    ops = op_names(args.op_table) if args.op_table else []
     if args.mutants:
-        return run_mutants(repo)
-    problems = check(repo)
+        return run_mutants(repo, ops)
+    problems = check(repo, ops)
     for problem in problems:
         print("FAIL", problem)
     print(f"check_kserve: {len(problems)} problem(s)")
