@@ -8,8 +8,9 @@
    algorithm of the backend's table, as ListOps then lists them) exists at 0 on /metrics and in
    Prometheus, and so does each lane's opserve_lane_inflight.
 3. Over gRPC (Debian's python3-grpcio, stubs generated here with protoc and grpc_python_plugin):
-   ListOps, then Execute graphs of every op with every algorithm the server lists, with inline
-   tensors, in two rounds so that every kernel series has samples before and after an increase.
+   ListOps (against the op table, read through opserve-op-table: no op list here), then Execute
+   graphs of every op with every algorithm the server lists, on inline tensors shaped from the
+   op's test model, in two rounds so that every kernel series has samples before and after an increase.
    One malformed graph checks that failures are counted under their code.
 4. Asks Prometheus' HTTP API (/api/v1/query) until, or fails after a deadline:
    - instance_op_algorithm:opserve_kernel_gigabytes_per_second:rate5m > 0 for every (op,
@@ -27,6 +28,7 @@ import argparse
 import base64
 import collections
 import json
+import math
 import os
 import random
 import re
@@ -43,8 +45,13 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-OPS = ("sum", "row_sum", "row_mean", "transpose", "matmul")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "python"))
+import op_table  # noqa: E402 - the op table through opserve-op-table: no op list here
+
 LANES = 2
+# Input elements per op: enough that a CPU kernel takes a measurable time, few enough for a
+# 2-core CI box.
+ELEMENTS = 192 * 256
 BUSY_RULE = "instance_device:opserve_kernel_busy:ratio_rate5m"
 KERNEL_FAMILIES = ("opserve_kernel_seconds_total", "opserve_kernel_bytes_total",
                    "opserve_kernel_flops_total", "opserve_kernel_launches_total")
@@ -183,11 +190,14 @@ def pick_dtype(pb, op_info, algo_info):
     return "FLOAT32" if "FLOAT32" in names or not names else names[0]
 
 
-def inputs_for(op, dtype, pb, rng):
-    # Big enough that a CPU kernel takes a measurable time, small enough for a 2-core CI box.
-    if op == "matmul":
-        return [random_tensor(pb, dtype, (96, 128), rng), random_tensor(pb, dtype, (128, 80), rng)]
-    return [random_tensor(pb, dtype, (192, 256), rng)]
+def inputs_for(model, dtype, pb, rng):
+    """The op's largest small case of its table, every dimension grown by one factor (sizes that
+    must agree still do) until the inputs hold about ELEMENTS elements."""
+    shapes = model.small_shapes[-1]
+    elements = sum(max(1, int(math.prod(s))) for s in shapes)
+    rank = sum(len(s) for s in shapes)
+    grow = max(1, round((ELEMENTS / elements) ** (1 / rank))) if rank else 1
+    return [random_tensor(pb, dtype, tuple(d * grow for d in s), rng) for s in shapes]
 
 
 def execute_request(pb, op, algorithm, tensors):
@@ -261,7 +271,9 @@ def main():
     parser.add_argument("--work-dir", help="logs and Prometheus data (default: a temp dir)")
     parser.add_argument("--timeout", type=float, default=240, help="the whole test, seconds")
     parser.add_argument("--rounds", type=int, default=3, help="Execute requests per algorithm after the first")
+    parser.add_argument("--op-table", help="opserve-op-table of the server's build (default: op_table.find_tool)")
     args = parser.parse_args()
+    table = op_table.OpTable(args.op_table or op_table.find_tool(args.opserve))
 
     deadline_all = time.monotonic() + args.timeout
 
@@ -379,9 +391,9 @@ def main():
         if isinstance(ops, grpc.RpcError):
             raise Failure(f"ListOps failed: {ops}")
         by_name = {o.name: o for o in ops.ops}
-        missing = [op for op in OPS if op not in by_name]
-        if missing:
-            raise Failure(f"ListOps lacks ops {missing}: has {sorted(by_name)}")
+        table_ops = sorted(table.names(ops.backend))
+        if set(by_name) != set(table_ops):
+            raise Failure(f"ListOps lists {sorted(by_name)}; the op table has {table_ops}")
         log(f"backend {ops.backend!r} device {ops.device!r}: "
             + ", ".join(f"{o.name}[{', '.join(a.name for a in o.algorithms)}]" for o in ops.ops))
         listed = {(o.name, a.name, "cpu") for o in ops.ops for a in o.algorithms}
@@ -393,7 +405,7 @@ def main():
 
         rng = random.Random(20261122)
         plan = []  # (op, requested algorithm, dtype)
-        for op in OPS:
+        for op in table_ops:
             info = by_name[op]
             if not info.algorithms:
                 raise Failure(f"ListOps lists no algorithm for {op}")
@@ -404,7 +416,8 @@ def main():
 
         def run_round():
             for op, algorithm, dtype in plan:
-                result = call("Execute", execute_request(pb, op, algorithm, inputs_for(op, dtype, pb, rng)))
+                result = call("Execute", execute_request(pb, op, algorithm,
+                                                         inputs_for(table.op(op), dtype, pb, rng)))
                 if isinstance(result, grpc.RpcError):
                     raise Failure(f"Execute {op}/{algorithm} ({dtype}) failed: "
                                   f"{result.code().name}: {result.details()}")
@@ -431,7 +444,7 @@ def main():
             time.sleep(1.1)  # spread the increases over several scrapes
         # A malformed graph: the op does not exist. Its code is whatever the server answers;
         # the counter must show it under that code.
-        bad = call("Execute", execute_request(pb, "no_such_op", "", inputs_for("sum", "FLOAT32", pb, rng)))
+        bad = call("Execute", execute_request(pb, "no_such_op", "", [random_tensor(pb, "FLOAT32", (4,), rng)]))
         if not isinstance(bad, grpc.RpcError):
             raise Failure("Execute with an unknown op succeeded")
         log(f"rounds 2..{args.rounds + 1} done; the malformed graph got {bad.code().name}; "
@@ -450,8 +463,8 @@ def main():
         for (op, algorithm), value in sorted(gbps.items()):
             log(f"  {op:10s} {algorithm:24s} {value:10.3f} GB/s")
         ran_ops = {op for op, _ in ran}
-        if ran_ops != set(OPS):
-            raise Failure(f"kernels ran for {sorted(ran_ops)}, not every op {OPS}")
+        if ran_ops != set(table_ops):
+            raise Failure(f"kernels ran for {sorted(ran_ops)}, not every op {table_ops}")
 
         def gflops_positive():
             gflops = sample_map(prom.query(f'{GFLOPS_RULE}{{job="{JOB}", op="matmul"}}'), "algorithm")
