@@ -14,7 +14,7 @@ namespace opserve::bench {
 
 // One timed thing: a table algorithm, an `auto` resolution, or a ceiling.
 struct Row {
-  std::string op;         // "sum", "row_mean", "transpose", "matmul", or "ceiling"
+  std::string op;         // an op of the table ("sum", "matmul", ...), or "ceiling"
   std::string shape;      // "4096x4096", "M x N x K" for matmul
   std::string dtype;      // "FLOAT32", "INT32", "BFLOAT16", "TF32" (tensor_core on FLOAT32)
   std::string algorithm;  // table name, "auto->NAME", or the ceiling's name

@@ -4,13 +4,16 @@
 // segmented reduce, and cuBLAS SGEMM (pedantic FP32), TF32 and BF16. Optionally the service path
 // over loopback gRPC (--ops=...,service). A benchmark, not a test.
 //
-//   opserve-bench [--ops=sum,row_mean,row_sum,transpose,matmul,fusion,service,load,replay,kserve,cublas_handles] [--quick]
+//   opserve-bench [--ops=OP,...,fusion,service,load,replay,kserve,cublas_handles] [--quick]
 //                 [--out=DIR]
 //                 [--reps=N] [--algos=a,b,auto] [--shapes=LABEL,...] [--opserve=PATH]
 //
-// This file: the command line, the bench's op table (which case file runs for each --ops= name,
+// OP is any op of the table; without --ops, every op, fusion and service run.
+//
+// This file: the command line, the bench's case sets (which case file runs for each --ops= name,
 // in what order), the targets that read every op's rows, and the report. The method is in
-// harness.h; each op's shapes, anchors, checks and targets in cases/OP.cc.
+// harness.h; each op's shapes, anchors, checks and targets in cases/OP.cc, and an op of the table
+// without a case file runs from its test model (cases/table.cc).
 #include <cuda_runtime_api.h>
 #include <unistd.h>
 
@@ -40,9 +43,11 @@
 namespace opserve::bench {
 namespace {
 
-// The bench's op table: each --ops= name that times kernels and its case file's entry point, in
-// the order a run measures them (after the ceilings, and after the transpose sweep when one is
-// asked for). "service" is not among them: it drives the server (service_bench.cc).
+// The bench's case sets: each --ops= name that times kernels with a case file of its own and the
+// file's entry point, in the order a run measures them (after the ceilings, and after the
+// transpose sweep when one is asked for); then every other op of the table that --ops names, from
+// its test model (TableCases). "service" is not among them: it drives the server
+// (service_bench.cc).
 struct CaseSet {
   const char* op;
   void (*run)(Bench& bench);
@@ -103,6 +108,7 @@ std::vector<int> SplitInts(const std::string& s) {
 
 Options ParseArgs(int argc, char** argv) {
   Options o;
+  bool saw_ops = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto val = [&](const char* key) -> const char* {
@@ -111,8 +117,10 @@ Options ParseArgs(int argc, char** argv) {
     };
     if (const char* v = val("--ops=")) {
       o.ops = SplitSet(v);
+      saw_ops = true;
     } else if (a == "--service") {
       o.ops = {"service"};
+      saw_ops = true;
     } else if (a == "--quick") {
       o.quick = true;
     } else if (const char* v = val("--out=")) {
@@ -164,7 +172,8 @@ Options ParseArgs(int argc, char** argv) {
       o.opserve_bin = v;
     } else if (a == "--help" || a == "-h") {
       std::printf(
-          "opserve-bench [--ops=sum,row_mean,row_sum,transpose,matmul,fusion,service,load,replay,kserve,cublas_handles]\n"
+          "opserve-bench [--ops=OP,...,fusion,service,load,replay,kserve,cublas_handles\n"
+          "               (OP: any op of the table; default: every op, fusion, service)]\n"
           "              [--service]\n"
           "              [--load_lanes=1,2,4] [--load_conc=1,16,64]\n"
           "              [--load_workloads=4096x4096,8192x8192,10x2048 (default) or 4096x4]\n"
@@ -181,7 +190,18 @@ Options ParseArgs(int argc, char** argv) {
       Die(absl::StrCat("unknown argument ", a, " (--help lists them)"));
     }
   }
+  if (!saw_ops) {
+    for (const OpSpec& op : Ops()) o.ops.emplace(op.name);
+    o.ops.insert({"fusion", "service"});
+  }
   return o;
+}
+
+bool HasCaseSet(absl::string_view name) {
+  for (const CaseSet& cases : kCaseSets) {
+    if (cases.op == name) return true;
+  }
+  return false;
 }
 
 std::string SelfDir() {
@@ -237,6 +257,7 @@ int main(int argc, char** argv) {
 
   bool kernels = opt.transpose_sweep;
   for (const CaseSet& cases : kCaseSets) kernels = kernels || opt.ops.count(cases.op) > 0;
+  for (const OpSpec& op : Ops()) kernels = kernels || opt.ops.count(std::string(op.name)) > 0;
   if (kernels) {
     // The server's own backend and execution context: the table rows run exactly as they do
     // inside opserve (scratch from the stream-ordered pool, the worker's stream and cuBLAS handle).
@@ -250,6 +271,9 @@ int main(int argc, char** argv) {
     if (opt.transpose_sweep) TransposeSweep(bench, opt.out_dir);
     for (const CaseSet& cases : kCaseSets) {
       if (opt.ops.count(cases.op)) cases.run(bench);
+    }
+    for (const OpSpec& op : Ops()) {
+      if (opt.ops.count(std::string(op.name)) && !HasCaseSet(op.name)) TableCases(bench, op);
     }
     Report& r = bench.report();
     rep.rows = std::move(r.rows);

@@ -47,7 +47,8 @@ constexpr uint64_t kCopyBytes = 4ull << 30;    // the D2D ceiling copies 4 GiB (
 constexpr uint64_t kStreamBytes = 4ull << 30;  // the read stream reads 4 GiB a run, 2 sets
 
 struct Options {
-  std::set<std::string> ops = {"sum", "row_mean", "row_sum", "transpose", "matmul", "fusion", "service"};
+  // --ops=; without it (bench_main.cc) every op of the table, "fusion" and "service".
+  std::set<std::string> ops;
   bool quick = false;
   std::string out_dir;
   int reps = kDefaultReps;
@@ -258,5 +259,7 @@ void FusionTargets(Report& rep);
 void MatmulCases(Bench& bench);
 void CublasHandles(Bench& bench);
 void MatmulTargets(Report& rep);
+// bench/cases/table.cc: an op of the table without a case file, from its test model alone.
+void TableCases(Bench& bench, const OpSpec& op);
 
 }  // namespace opserve::bench
