@@ -34,13 +34,16 @@ copy_bins() {
   done
 }
 copy_bins "$build" "$stage/opserve/bin" server/opserve client/opserve-cli tests/gpu/gpu_test \
-  tests/e2e/e2e_test tests/unit/unit_test bench/opserve-bench bench/diag/opserve-row-patterns \
+  tests/e2e/e2e_test tests/unit/unit_test tests/support/opserve-op-table \
+  bench/opserve-bench bench/diag/opserve-row-patterns \
   bench/diag/opserve-execute-floor bench/diag/opserve-matmul-sweep bench/diag/opserve-graph-marks
 
 # The Python test of the Open Inference Protocol (gpu-suite.sh runs it against the CUDA backend):
 # its sources and protos under python/, and the stub generators it runs, which the GPU machine lacks.
+# It reads the op table through bin/opserve-op-table (tests/python/op_table.py), on its PATH.
 copy_bins / "$stage/opserve/bin" usr/bin/protoc usr/bin/grpc_python_plugin
 for f in tests/python/kserve_test.py tests/python/kserve_support.py tests/python/client_support.py \
+    tests/python/op_table.py \
     tests/support/e2e_script.py proto/inference/grpc_service.proto proto/opserve/v1/opserve.proto; do
   install -D -m 644 "$root/$f" "$stage/opserve/python/$f"
 done
