@@ -7,6 +7,7 @@ The tool is $OPSERVE_OP_TABLE (ctest sets it), else opserve-op-table on PATH (a 
 else the one the build tree of the server binary holds.
 """
 
+import atexit
 import json
 import os
 import shutil
@@ -69,6 +70,7 @@ class OpTable:
         out = subprocess.run([tool, "describe"], check=True, capture_output=True, text=True).stdout
         self.ops = {entry["name"]: Op(entry) for entry in json.loads(out)["ops"]}
         self._dir = tempfile.mkdtemp(prefix="op_table-")
+        atexit.register(self.close)
 
     def names(self, backend):
         """The ops with a row of `backend`: what ListOps on that backend must list."""
