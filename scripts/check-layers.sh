@@ -6,8 +6,8 @@
 # Every generated proto header (*.pb.h, and anything under a package directory of proto/**.proto)
 # and the gRPC and protobuf headers belong to server/rpc/, server/main.cc and client/ only.
 #
-# What the build enforces by itself, this script does not need to (CMakeLists.txt, "Layers"):
-# the generated headers are on no include path below server/rpc, and each layer links alone
+# What the build enforces by itself (CMakeLists.txt, "Layers"): the generated headers are on no
+# include path below server/rpc (ctest layers_proto_headers), and each layer links alone
 # (layer_link_* targets), so a call up the stack fails to link. What it cannot see is a header
 # of a higher layer included from below, since every layer shares the include root; that is
 # checked here, with each include resolved the way the compiler finds it: a quoted path that
