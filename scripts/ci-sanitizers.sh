@@ -108,9 +108,11 @@ run_variant() {
   mkdir -p "$build"
   echo "ci-sanitizers: [$v] configuring $build ($cxx, -fsanitize=${san/;/,})"
   # RelWithDebInfo with -O1: sanitizers want optimization on, and -O1 compiles faster than -O2.
+  # The test hooks on: the e2e and hardening suites' fault and unrun tests use them.
   CC=$cc CXX=$cxx cmake -S . -B "$build" -G Ninja -Wno-dev \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO='-O1 -g -DNDEBUG' \
-    -DOPSERVE_CUDA=OFF -DOPSERVE_SANITIZE="$san" >"$build/configure.log" 2>&1 ||
+    -DOPSERVE_CUDA=OFF -DOPSERVE_TEST_HOOKS=ON -DOPSERVE_SANITIZE="$san" \
+    >"$build/configure.log" 2>&1 ||
     { cat "$build/configure.log" >&2; return 1; }
   # -k 0: a target that does not build fails the step, and the suites still run on the rest.
   local rc=0 t known=() all

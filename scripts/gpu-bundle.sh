@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Packs the server, the CLI and the test binaries with every shared library they need into
-# .bundle/opserve-bundle.tgz (or the path given second), for the lent GPU machine (which has CUDA and glibc but no gRPC,
-# Abseil or prometheus-cpp). See ../shared/GPU.md.
+# .bundle/opserve-bundle.tgz (or the path given second), for a GPU machine (which has CUDA and
+# glibc but no gRPC, Abseil or prometheus-cpp). BUILD must be a test build (OPSERVE_TEST_HOOKS=ON,
+# `make test-build`): the GPU suite and opserve-bench's --load_variant use the server's --test_*
+# flags.
 #  - binaries: bin/, libraries: lib/ (RPATH $ORIGIN/../lib, then /usr/local/cuda/lib64)
 #  - capped80/bin/: the server, the CLI and the GPU and e2e suites again, from BUILD-80v, a tree
 #    whose kernels are compute_80 PTX only (OPSERVE_CUDA_ARCHS=80-virtual), for
@@ -11,8 +13,12 @@
 #    which the GPU machine has in /usr/local/cuda/lib64.
 # Environment: CMAKE_FLAGS (the main tree's configure flags, also given to BUILD-80v), JOBS.
 set -euo pipefail
-build=${1:-build}
 root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$root/build-test}
+if ! grep -q '^OPSERVE_TEST_HOOKS:BOOL=ON$' "$build/CMakeCache.txt" 2>/dev/null; then
+  echo "gpu-bundle: $build is not a test build (OPSERVE_TEST_HOOKS=ON; make test-build makes one)" >&2
+  exit 1
+fi
 bundle=${2:-$root/.bundle/opserve-bundle.tgz}
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
@@ -52,7 +58,8 @@ capped_targets=(opserve opserve-cli gpu_test e2e_test)
 if [[ ${OPSERVE_BUNDLE_CAPPED:-1} != 0 ]]; then
   capped="$build-80v"
   # shellcheck disable=SC2086  # CMAKE_FLAGS is a list of flags
-  cmake -S "$root" -B "$capped" -G Ninja ${CMAKE_FLAGS:-} -DOPSERVE_CUDA_ARCHS=80-virtual >/dev/null
+  cmake -S "$root" -B "$capped" -G Ninja ${CMAKE_FLAGS:-} -DOPSERVE_TEST_HOOKS=ON \
+    -DOPSERVE_CUDA_ARCHS=80-virtual >/dev/null
   ninja -C "$capped" -j "${JOBS:-$(nproc)}" "${capped_targets[@]}"
   copy_bins "$capped" "$stage/opserve/capped80/bin" server/opserve client/opserve-cli \
     tests/gpu/gpu_test tests/e2e/e2e_test

@@ -14,10 +14,11 @@
 #                  with --max-cc=8.0: what an A100 would run, from the code an A100 would load
 #
 # From a bundle (scripts/gpu-bundle.sh): tar xzf opserve-bundle.tgz && opserve/gpu-suite.sh
-# From a build tree: scripts/gpu-suite.sh BUILD_DIR
+# From a build tree: scripts/gpu-suite.sh BUILD_DIR (a test build, OPSERVE_TEST_HOOKS=ON, as
+# `make test-build` makes in build-test: the fault tests use the server's --test_* flags)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-sanitize=0 max_cc="" capped80=0 build=build
+sanitize=0 max_cc="" capped80=0 build=build-test
 for arg in "$@"; do
   case $arg in
     --sanitize) sanitize=1 ;;

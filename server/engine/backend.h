@@ -118,9 +118,11 @@ class ExecEnv : public KernelEnv {
     if (absl::Status s = launch(); !s.ok()) return s;
     return GraphReplay::kNotUsed;
   }
-  // Test builds: fail the way a faulty kernel does on this device (on CUDA, an illegal-address
-  // launch whose sticky error Finish reports).
+#if OPSERVE_TEST_HOOKS
+  // Test builds only: fail the way a faulty kernel does on this device (on CUDA, an
+  // illegal-address launch whose sticky error Finish reports).
   virtual absl::Status InjectFault() { return absl::InternalError("injected kernel fault"); }
+#endif
 };
 
 // Streams one tensor's bytes into a buffer, chunk by chunk (PutTensor).

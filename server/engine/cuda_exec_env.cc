@@ -9,7 +9,9 @@
 #include "common/status_macros.h"
 #include "kernels/cublas_loader.h"
 #include "kernels/stream_marks.h"
+#if OPSERVE_TEST_HOOKS
 #include "kernels/test_fault.h"
+#endif
 #include "server/engine/cuda_backend_impl.h"
 #include "server/engine/cuda_graph_cache.h"
 #include "server/engine/cuda_node_timer.h"
@@ -186,10 +188,12 @@ class CudaExecEnv final : public ExecEnv {
                            "output download");
   }
 
+#if OPSERVE_TEST_HOOKS
   absl::Status InjectFault() override {
     // The launch itself succeeds; the fault surfaces at Finish, as a real one would.
     return FromCuda(kernels::LaunchIllegalAddressForTest(stream_), "injected fault");
   }
+#endif
   void MarkStart(int i) override {
     timer_.Mark(i, /*end=*/false, stream_, capture_stream_, graphs_.capturing());
   }

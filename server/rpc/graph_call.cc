@@ -13,6 +13,7 @@ double MicrosSince(Clock::time_point t) {
   return std::chrono::duration<double, std::micro>(Clock::now() - t).count();
 }
 
+#if OPSERVE_TEST_HOOKS
 // What a plan would report and return, without running it (ServiceOptions::reply_without_device).
 // Only for plans whose outputs all go into the response (GraphCall::MayAnswerUnrun).
 ExecuteResult UnrunResult(const Plan& plan) {
@@ -27,6 +28,7 @@ ExecuteResult UnrunResult(const Plan& plan) {
   }
   return r;
 }
+#endif
 
 }  // namespace
 
@@ -57,12 +59,14 @@ void GraphCall::Start() {
   if (!plan.ok()) return Finish(plan.status());
   plan_ = std::make_unique<Plan>(*std::move(plan));
   Mark(RequestTrace::kPlanned);
+#if OPSERVE_TEST_HOOKS
   if (const std::string& mode = svc_.options().reply_without_device; !mode.empty() && MayAnswerUnrun()) {
     result_ = UnrunResult(*plan_);
     unrun_ = true;
     unrun_on_launch_ = mode == "launch";
     if (mode == "handler") return Done(absl::OkStatus())();
   }
+#endif
   if (!unrun_ && svc_.batcher().max_size() > 1 && Batchable(*plan_)) return JoinBatch();
   absl::Status queued = svc_.device().SubmitAsync([this](ExecEnv& env) { return Launch(env); });
   if (!queued.ok()) Finish(queued);
@@ -112,7 +116,9 @@ DeviceWorker::Finisher GraphCall::LaunchBatch(OpServeService& svc, const std::st
     absl::Status launched;
   };
   auto run = std::make_shared<Run>();
+#if OPSERVE_TEST_HOOKS
   run->options.fail_algorithm = svc.options().fail_algorithm;
+#endif
   std::vector<std::pair<GraphCall*, absl::Status>> gone;  // deadline passed or cancelled
   for (GraphCall* m : batch->members) {
     if (absl::Status s = m->BeginLaunch(); !s.ok()) {
@@ -163,6 +169,7 @@ absl::Status GraphCall::BeginLaunch() {
 
 DeviceWorker::Finisher GraphCall::Launch(ExecEnv& env) {
   absl::Status s = BeginLaunch();
+#if OPSERVE_TEST_HOOKS
   if (s.ok() && unrun_) {
     if (unrun_on_launch_) {
       // Replied before the job's slot is free: the next call may find the queue one fuller.
@@ -171,6 +178,7 @@ DeviceWorker::Finisher GraphCall::Launch(ExecEnv& env) {
     }
     return [this](ExecEnv&) { return Done(absl::OkStatus()); };
   }
+#endif
   if (s.ok()) s = LaunchPlan(*plan_, env, svc_.metrics(), Options(), &launch_, &result_);
   Mark(RequestTrace::kLaunchEnd);
   if (!s.ok()) return [this, s](ExecEnv&) { return Done(s); };
@@ -181,6 +189,7 @@ DeviceWorker::Finisher GraphCall::Launch(ExecEnv& env) {
   };
 }
 
+#if OPSERVE_TEST_HOOKS
 bool GraphCall::MayAnswerUnrun() const {
   for (const PlanNode& n : plan_->nodes) {
     // Outputs the client would look for elsewhere: in the store, or in a shared-memory region.
@@ -188,10 +197,14 @@ bool GraphCall::MayAnswerUnrun() const {
   }
   return true;
 }
+#endif
 
 ExecuteOptions GraphCall::Options() const {
   return {.check_alive = [ctx = ctx_] { return CheckCallAlive(ctx); },
-          .fail_algorithm = svc_.options().fail_algorithm};
+#if OPSERVE_TEST_HOOKS
+          .fail_algorithm = svc_.options().fail_algorithm
+#endif
+  };
 }
 
 DeviceWorker::Completion GraphCall::Done(const absl::Status& s) {

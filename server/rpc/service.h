@@ -33,15 +33,18 @@ struct ServiceOptions {
   uint32_t default_chunk_bytes = 1 << 20;
   // Bearer token -> tenant (the tensor namespace). Empty: no authentication, one namespace.
   std::map<std::string, std::string> tokens;
-  // Test builds: "op/algorithm" whose every run fails as a faulty kernel would.
+#if OPSERVE_TEST_HOOKS
+  // The test hooks (--test_* flags), which only test builds have.
+  // "op/algorithm" whose every run fails as a faulty kernel would.
   std::string fail_algorithm;
-  // Test builds: answer Execute and ModelInfer without running the graph, with zeros of the
+  // Answer Execute and ModelInfer without running the graph, with zeros of the
   // outputs' sizes: "handler" on the gRPC thread after planning, "launch" on a lane's launch
   // thread (its slot freed after the reply), "lane" through a lane's launch and completion
   // threads. Graphs that store an output or write one to a shared-memory region run as usual.
   // It tells what gRPC and the hand-offs cost from what the device does (opserve-bench
-  // --load_variant; PERFORMANCE.md, issue 14).
+  // --load_variant; PERFORMANCE.md).
   std::string reply_without_device;
+#endif
   // Where graph calls record their timelines (--trace_requests); nullptr: nowhere.
   RequestTrace* trace = nullptr;
   // Most graph calls that run as one plan (--max_batch_size; graph_batcher.h); 1: none.

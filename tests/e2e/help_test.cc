@@ -98,6 +98,35 @@ TEST(HelpTest, HelpfullListsEveryFlag) {
   EXPECT_NE(full.output.find("--flagfile ("), std::string::npos) << full.output;
 }
 
+// The --test_* flags exist in test builds only (OPSERVE_TEST_HOOKS, which this test is compiled
+// with as the server is): a release server lists none and refuses them as unknown flags.
+TEST(HelpTest, TestFlagsOnlyInTestBuilds) {
+  const CommandOutput full = RunOpserve("--helpfull");
+  ASSERT_NE(full.output.find("--port ("), std::string::npos) << full.output;
+  const std::vector<std::string> hooks = {"test_fail_algorithm", "test_reply_without_device"};
+#if OPSERVE_TEST_HOOKS
+  for (const std::string& flag : hooks) {
+    EXPECT_NE(full.output.find("\n    --" + flag + " ("), std::string::npos)
+        << "a test build's --helpfull does not list --" << flag << ":\n" << full.output;
+  }
+#else
+  EXPECT_EQ(full.output.find("--test_"), std::string::npos)
+      << "a release build's --helpfull lists a test flag:\n" << full.output;
+  for (const std::string& flag : hooks) {
+    SCOPED_TRACE(flag);
+    // --max_inflight=0 stops a server that took the test flag at start-up, so that it fails this
+    // test instead of serving on; a release refuses the unknown flag before it looks at limits.
+    const CommandOutput run =
+        RunOpserve("--device=cpu --host=127.0.0.1 --port=0 --metrics_port=-1 --max_inflight=0 --" +
+                   flag + "=sum/reference");
+    EXPECT_NE(run.exit_code, 0) << run.output;
+    EXPECT_NE(run.output.find("Unknown command line flag '" + flag + "'"), std::string::npos)
+        << run.output;
+    EXPECT_EQ(run.output.find("listening on"), std::string::npos) << run.output;
+  }
+#endif
+}
+
 // A value that would leave a server refusing every request (or one that cannot work) stops the
 // server at start-up with status 2, naming the flag, instead of surfacing at the first request.
 TEST(HelpTest, UnusableLimitsAreRefusedAtStartUp) {
