@@ -17,6 +17,7 @@ OpEntry RowSumOp();
 OpEntry RowMeanOp();
 OpEntry TransposeOp();
 OpEntry MatmulOp();
+OpEntry MaxOp();
 // The fusion rules: server/ops/fusion.cc.
 std::vector<FusionRule> FusionEntries();
 }  // namespace ops
@@ -24,7 +25,9 @@ std::vector<FusionRule> FusionEntries();
 namespace {
 
 constexpr OpEntry (*kOpFiles[])() = {ops::SumOp, ops::RowSumOp, ops::RowMeanOp,
-                                     ops::TransposeOp, ops::MatmulOp};
+                                     ops::TransposeOp, ops::MatmulOp,
+                                     ops::MaxOp,
+};
 
 // Built on first use, not at namespace scope: the test suites list their cases from the table
 // during static initialisation, possibly before another file's globals are constructed.

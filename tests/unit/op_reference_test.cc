@@ -353,6 +353,67 @@ AssertionResult CheckMatmul(const std::vector<Tensor>& in, const Tensor& out, In
   return AssertionSuccess();
 }
 
+// max / min (and per row): the extremum in the input's dtype, bit for bit. Floats: a NaN among
+// the reduced elements gives the canonical NaN (FLOAT32 0x7FFFFFFF, BFLOAT16 0x7FFF, what the
+// GPU's max.NaN gives), whatever its own bits; otherwise -0.0 orders below +0.0. Integers exact
+// (compared as integers: INT64 beyond 2^53 would round as a double).
+enum class Extremum { kMax, kMin };
+
+// The bits expected of the extremum of x[begin, end) (end > begin), in x's element size.
+uint64_t ExpectedExtremumBits(const Tensor& x, int64_t begin, int64_t end, Extremum which) {
+  const bool max = which == Extremum::kMax;
+  const size_t es = ElementSize(x.meta.dtype);
+  int64_t best = -1;
+  bool nan = false;
+  for (int64_t i = begin; i < end; ++i) {
+    if (IsInteger(x.meta.dtype)) {
+      if (best < 0 || (max ? IntAt(x, i) > IntAt(x, best) : IntAt(x, i) < IntAt(x, best))) best = i;
+      continue;
+    }
+    const double v = At(x, i);
+    if (std::isnan(v)) {
+      nan = true;
+      continue;
+    }
+    if (best < 0) {
+      best = i;
+      continue;
+    }
+    const double b = At(x, best);
+    const bool better = v == b ? std::signbit(v) != std::signbit(b) && std::signbit(v) != max
+                               : (max ? v > b : v < b);
+    if (better) best = i;
+  }
+  if (nan) return x.meta.dtype == DType::kFloat32 ? 0x7FFFFFFFu : 0x7FFFu;
+  uint64_t bits = 0;
+  std::memcpy(&bits, x.bytes.data() + best * es, es);
+  return bits;
+}
+
+AssertionResult CheckExtremumRuns(const Tensor& x, const Tensor& out, int64_t runs, Extremum which,
+                                  const char* what) {
+  const int64_t len = runs == 0 ? 0 : x.meta.NumElements() / runs;
+  const size_t es = ElementSize(x.meta.dtype);
+  for (int64_t r = 0; r < runs; ++r) {
+    const uint64_t want = ExpectedExtremumBits(x, r * len, (r + 1) * len, which);
+    uint64_t got = 0;
+    std::memcpy(&got, out.bytes.data() + r * es, es);
+    if (got != want) {
+      return AssertionFailure() << what << "[" << r << "] = " << ElementString(out, r) << " (bits 0x"
+                                << std::hex << got << "), expected bits 0x" << want << std::dec;
+    }
+  }
+  return AssertionSuccess();
+}
+
+AssertionResult CheckExtremum(const std::vector<Tensor>& in, const Tensor& out, Extremum which) {
+  if (auto r = MetaIs(out, {in[0].meta.dtype, {}}); !r) return r;
+  return CheckExtremumRuns(in[0], out, 1, which, which == Extremum::kMax ? "max" : "min");
+}
+AssertionResult CheckMax(const std::vector<Tensor>& in, const Tensor& out, Inputs) {
+  return CheckExtremum(in, out, Extremum::kMax);
+}
+
 using Shapes = std::vector<std::vector<int64_t>>;  // one shape per input
 
 struct OpModel {
@@ -370,15 +431,17 @@ const std::vector<OpModel>& Models() {
   static const std::vector<Shapes> kRowShapes = {
       {{1, 1}}, {{1, 33}}, {{33, 1}}, {{127, 33}}, {{3, 127}}, {{1024, 1024}}, {{1, 1000003}},
       {{100003, 3}}};
+  static const std::vector<Shapes> kWholeShapes = {
+      {{}}, {{1}}, {{33}}, {{127}}, {{1, 1, 1, 1}}, {{3, 33}}, {{2, 3, 5, 7}}, {{1 << 20}},
+      {{1000003}}};
   static const auto* const kModels = new std::vector<OpModel>{
-      {"sum", {{{}}, {{1}}, {{33}}, {{127}}, {{1, 1, 1, 1}}, {{3, 33}}, {{2, 3, 5, 7}},
-               {{1 << 20}}, {{1000003}}},
-       CheckSum},
+      {"sum", kWholeShapes, CheckSum},
       {"row_sum", kRowShapes, CheckRowSum},
       {"row_mean", kRowShapes, CheckRowMean},
       {"transpose", {{{1, 1}}, {{1, 33}}, {{33, 1}}, {{33, 127}}, {{127, 65}}, {{64, 64}},
                      {{65, 129}}, {{1023, 1025}}},
        CheckTranspose},
+      {"max", kWholeShapes, CheckMax},
       {"matmul", {MatmulShapes(1, 1, 1), MatmulShapes(1, 33, 1), MatmulShapes(33, 1, 127),
                   MatmulShapes(33, 127, 65), MatmulShapes(64, 64, 64), MatmulShapes(65, 129, 33),
                   MatmulShapes(255, 257, 129), MatmulShapes(256, 256, 256)},
@@ -594,6 +657,19 @@ const std::vector<HandCase>& HandCases() {
        "matmul",
        {Bf16({1, 2}, {0.5f, -1.5f}), Bf16({2, 1}, {2, 4})},
        F32({1, 1}, {-5})},
+      // max: the input's dtype; signed zeros ordered; integers compared exactly
+      {"f32_vector", "max", {F32({4}, {-3, 7.5f, 2, 7.25f})}, F32({}, {7.5f})},
+      {"f32_all_negative", "max", {F32({2, 2}, {-3, -1.5f, -2, -8})}, F32({}, {-1.5f})},
+      {"f32_zeros", "max", {F32({3}, {-0.0f, 0.0f, -0.0f})}, F32({}, {0.0f})},
+      {"f32_scalar", "max", {F32({}, {-2.5f})}, F32({}, {-2.5f})},
+      {"f32_infinity", "max", {F32({2}, {-INFINITY, 1})}, F32({}, {1})},
+      {"i32_limits", "max", {I32({3}, {kI32Min, -5, kI32Min})}, I32({}, {-5})},
+      {"i32_max", "max", {I32({2, 2}, {kI32Max, 3, -7, kI32Max - 1})}, I32({}, {kI32Max})},
+      // Past 2^53, where a comparison through double would call the two equal.
+      {"i64_past_2_53", "max",
+       {I64({3}, {(int64_t{1} << 62) + 1, int64_t{1} << 62, -(int64_t{1} << 62)})},
+       I64({}, {(int64_t{1} << 62) + 1})},
+      {"bf16_vector", "max", {Bf16({4}, {1, 2.5f, -0.5f, 4})}, Bf16({}, {4})},
   };
   return *kCases;
 }
@@ -625,6 +701,9 @@ TEST_P(CpuKernelHandTest, MatchesHandComputed) {
   ASSERT_TRUE(out.ok()) << out.status();
   ASSERT_EQ(out->meta, h.expected.meta)
       << "got " << out->meta.DebugString() << ", expected " << h.expected.meta.DebugString();
+  if (FindOp(h.op)->test.error_scale == ErrorScale::kExact) {  // max, min: the bits, -0.0 too
+    EXPECT_EQ(out->bytes, h.expected.bytes);
+  }
   for (int64_t i = 0; i < h.expected.meta.NumElements(); ++i) {
     if (IsInteger(h.expected.meta.dtype)) {
       EXPECT_EQ(IntAt(*out, i), IntAt(h.expected, i)) << "element " << i;
