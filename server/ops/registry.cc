@@ -18,6 +18,7 @@ OpEntry RowMeanOp();
 OpEntry TransposeOp();
 OpEntry MatmulOp();
 OpEntry MaxOp();
+OpEntry MinOp();
 // The fusion rules: server/ops/fusion.cc.
 std::vector<FusionRule> FusionEntries();
 }  // namespace ops
@@ -27,6 +28,7 @@ namespace {
 constexpr OpEntry (*kOpFiles[])() = {ops::SumOp, ops::RowSumOp, ops::RowMeanOp,
                                      ops::TransposeOp, ops::MatmulOp,
                                      ops::MaxOp,
+                                     ops::MinOp,
 };
 
 // Built on first use, not at namespace scope: the test suites list their cases from the table

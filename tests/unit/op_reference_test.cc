@@ -413,6 +413,9 @@ AssertionResult CheckExtremum(const std::vector<Tensor>& in, const Tensor& out, 
 AssertionResult CheckMax(const std::vector<Tensor>& in, const Tensor& out, Inputs) {
   return CheckExtremum(in, out, Extremum::kMax);
 }
+AssertionResult CheckMin(const std::vector<Tensor>& in, const Tensor& out, Inputs) {
+  return CheckExtremum(in, out, Extremum::kMin);
+}
 
 using Shapes = std::vector<std::vector<int64_t>>;  // one shape per input
 
@@ -442,6 +445,7 @@ const std::vector<OpModel>& Models() {
                      {{65, 129}}, {{1023, 1025}}},
        CheckTranspose},
       {"max", kWholeShapes, CheckMax},
+      {"min", kWholeShapes, CheckMin},
       {"matmul", {MatmulShapes(1, 1, 1), MatmulShapes(1, 33, 1), MatmulShapes(33, 1, 127),
                   MatmulShapes(33, 127, 65), MatmulShapes(64, 64, 64), MatmulShapes(65, 129, 33),
                   MatmulShapes(255, 257, 129), MatmulShapes(256, 256, 256)},
@@ -670,6 +674,17 @@ const std::vector<HandCase>& HandCases() {
        {I64({3}, {(int64_t{1} << 62) + 1, int64_t{1} << 62, -(int64_t{1} << 62)})},
        I64({}, {(int64_t{1} << 62) + 1})},
       {"bf16_vector", "max", {Bf16({4}, {1, 2.5f, -0.5f, 4})}, Bf16({}, {4})},
+      // min
+      {"f32_vector", "min", {F32({4}, {3, -7.5f, 2, -7.25f})}, F32({}, {-7.5f})},
+      {"f32_all_positive", "min", {F32({2, 2}, {3, 1.5f, 2, 8})}, F32({}, {1.5f})},
+      {"f32_zeros", "min", {F32({3}, {0.0f, -0.0f, 0.0f})}, F32({}, {-0.0f})},
+      {"f32_infinity", "min", {F32({2}, {INFINITY, -1})}, F32({}, {-1})},
+      {"i32_limits", "min", {I32({3}, {kI32Max, 5, kI32Max})}, I32({}, {5})},
+      {"i32_min", "min", {I32({2, 2}, {kI32Min, 3, -7, kI32Min + 1})}, I32({}, {kI32Min})},
+      {"i64_past_2_53", "min",
+       {I64({3}, {-(int64_t{1} << 62) - 1, -(int64_t{1} << 62), int64_t{1} << 62})},
+       I64({}, {-(int64_t{1} << 62) - 1})},
+      {"bf16_vector", "min", {Bf16({4}, {1, 2.5f, -0.5f, 4})}, Bf16({}, {-0.5f})},
   };
   return *kCases;
 }
