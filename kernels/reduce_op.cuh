@@ -138,9 +138,13 @@ __device__ __forceinline__ T IdentityIn() {
 // An accumulator as the output type. bf16 output (its raw bits) comes from a max or min, whose
 // float accumulator holds a widened bf16 or the canonical NaN: its top half is exact (0x7FFF for
 // the NaN). Every other output is the accumulator, or an exact integer widening.
+// (CUB's segmented reduce also passes its initial value through a row's transform output
+// iterator, already as the output type: that passes unchanged.)
 template <typename Out, typename A>
 __device__ __forceinline__ Out ToOut(A a) {
-  if constexpr (std::is_same_v<Out, bf16_bits>) {
+  if constexpr (std::is_same_v<Out, A>) {
+    return a;
+  } else if constexpr (std::is_same_v<Out, bf16_bits>) {
     static_assert(std::is_same_v<A, float>, "a bf16 output is a float accumulator narrowed");
     return static_cast<bf16_bits>(__float_as_uint(a) >> 16);
   } else {
