@@ -19,6 +19,7 @@ OpEntry TransposeOp();
 OpEntry MatmulOp();
 OpEntry MaxOp();
 OpEntry MinOp();
+OpEntry RowMaxOp();
 // The fusion rules: server/ops/fusion.cc.
 std::vector<FusionRule> FusionEntries();
 }  // namespace ops
@@ -29,6 +30,7 @@ constexpr OpEntry (*kOpFiles[])() = {ops::SumOp, ops::RowSumOp, ops::RowMeanOp,
                                      ops::TransposeOp, ops::MatmulOp,
                                      ops::MaxOp,
                                      ops::MinOp,
+                                     ops::RowMaxOp,
 };
 
 // Built on first use, not at namespace scope: the test suites list their cases from the table

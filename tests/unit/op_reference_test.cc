@@ -417,6 +417,15 @@ AssertionResult CheckMin(const std::vector<Tensor>& in, const Tensor& out, Input
   return CheckExtremum(in, out, Extremum::kMin);
 }
 
+AssertionResult CheckRowExtremum(const std::vector<Tensor>& in, const Tensor& out, Extremum which) {
+  const int64_t rows = in[0].meta.shape[0];
+  if (auto r = MetaIs(out, {in[0].meta.dtype, {rows}}); !r) return r;
+  return CheckExtremumRuns(in[0], out, rows, which, which == Extremum::kMax ? "row_max" : "row_min");
+}
+AssertionResult CheckRowMax(const std::vector<Tensor>& in, const Tensor& out, Inputs) {
+  return CheckRowExtremum(in, out, Extremum::kMax);
+}
+
 using Shapes = std::vector<std::vector<int64_t>>;  // one shape per input
 
 struct OpModel {
@@ -441,6 +450,7 @@ const std::vector<OpModel>& Models() {
       {"sum", kWholeShapes, CheckSum},
       {"row_sum", kRowShapes, CheckRowSum},
       {"row_mean", kRowShapes, CheckRowMean},
+      {"row_max", kRowShapes, CheckRowMax},
       {"transpose", {{{1, 1}}, {{1, 33}}, {{33, 1}}, {{33, 127}}, {{127, 65}}, {{64, 64}},
                      {{65, 129}}, {{1023, 1025}}},
        CheckTranspose},
@@ -685,6 +695,17 @@ const std::vector<HandCase>& HandCases() {
        {I64({3}, {-(int64_t{1} << 62) - 1, -(int64_t{1} << 62), int64_t{1} << 62})},
        I64({}, {-(int64_t{1} << 62) - 1})},
       {"bf16_vector", "min", {Bf16({4}, {1, 2.5f, -0.5f, 4})}, Bf16({}, {-0.5f})},
+      // row_max
+      {"f32_2x3", "row_max", {F32({2, 3}, {1, 5, 3, -4, -6, -5})}, F32({2}, {5, -4})},
+      {"f32_3x1", "row_max", {F32({3, 1}, {1, -2, 3})}, F32({3}, {1, -2, 3})},
+      {"f32_zeros", "row_max", {F32({2, 2}, {-0.0f, 0.0f, -0.0f, -0.0f})},
+       F32({2}, {0.0f, -0.0f})},
+      {"i32_2x2", "row_max", {I32({2, 2}, {kI32Min, kI32Min + 1, kI32Max, -1})},
+       I32({2}, {kI32Min + 1, kI32Max})},
+      {"i64_2x2", "row_max",
+       {I64({2, 2}, {(int64_t{1} << 62) + 1, int64_t{1} << 62, -5, -7})},
+       I64({2}, {(int64_t{1} << 62) + 1, -5})},
+      {"bf16_2x2", "row_max", {Bf16({2, 2}, {1, 2.5f, -0.5f, -4})}, Bf16({2}, {2.5f, -0.5f})},
   };
   return *kCases;
 }
