@@ -20,6 +20,7 @@ OpEntry MatmulOp();
 OpEntry MaxOp();
 OpEntry MinOp();
 OpEntry RowMaxOp();
+OpEntry RowMinOp();
 // The fusion rules: server/ops/fusion.cc.
 std::vector<FusionRule> FusionEntries();
 }  // namespace ops
@@ -31,6 +32,7 @@ constexpr OpEntry (*kOpFiles[])() = {ops::SumOp, ops::RowSumOp, ops::RowMeanOp,
                                      ops::MaxOp,
                                      ops::MinOp,
                                      ops::RowMaxOp,
+                                     ops::RowMinOp,
 };
 
 // Built on first use, not at namespace scope: the test suites list their cases from the table

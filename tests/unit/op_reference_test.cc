@@ -425,6 +425,9 @@ AssertionResult CheckRowExtremum(const std::vector<Tensor>& in, const Tensor& ou
 AssertionResult CheckRowMax(const std::vector<Tensor>& in, const Tensor& out, Inputs) {
   return CheckRowExtremum(in, out, Extremum::kMax);
 }
+AssertionResult CheckRowMin(const std::vector<Tensor>& in, const Tensor& out, Inputs) {
+  return CheckRowExtremum(in, out, Extremum::kMin);
+}
 
 using Shapes = std::vector<std::vector<int64_t>>;  // one shape per input
 
@@ -451,6 +454,7 @@ const std::vector<OpModel>& Models() {
       {"row_sum", kRowShapes, CheckRowSum},
       {"row_mean", kRowShapes, CheckRowMean},
       {"row_max", kRowShapes, CheckRowMax},
+      {"row_min", kRowShapes, CheckRowMin},
       {"transpose", {{{1, 1}}, {{1, 33}}, {{33, 1}}, {{33, 127}}, {{127, 65}}, {{64, 64}},
                      {{65, 129}}, {{1023, 1025}}},
        CheckTranspose},
@@ -706,6 +710,17 @@ const std::vector<HandCase>& HandCases() {
        {I64({2, 2}, {(int64_t{1} << 62) + 1, int64_t{1} << 62, -5, -7})},
        I64({2}, {(int64_t{1} << 62) + 1, -5})},
       {"bf16_2x2", "row_max", {Bf16({2, 2}, {1, 2.5f, -0.5f, -4})}, Bf16({2}, {2.5f, -0.5f})},
+      // row_min
+      {"f32_2x3", "row_min", {F32({2, 3}, {1, 5, 3, -4, -6, -5})}, F32({2}, {1, -6})},
+      {"f32_3x1", "row_min", {F32({3, 1}, {1, -2, 3})}, F32({3}, {1, -2, 3})},
+      {"f32_zeros", "row_min", {F32({2, 2}, {0.0f, -0.0f, 0.0f, 0.0f})},
+       F32({2}, {-0.0f, 0.0f})},
+      {"i32_2x2", "row_min", {I32({2, 2}, {kI32Max, kI32Max - 1, kI32Min, 1})},
+       I32({2}, {kI32Max - 1, kI32Min})},
+      {"i64_2x2", "row_min",
+       {I64({2, 2}, {-(int64_t{1} << 62) - 1, -(int64_t{1} << 62), 5, 7})},
+       I64({2}, {-(int64_t{1} << 62) - 1, 5})},
+      {"bf16_2x2", "row_min", {Bf16({2, 2}, {1, 2.5f, -0.5f, -4})}, Bf16({2}, {1, -4})},
   };
   return *kCases;
 }
