@@ -5,7 +5,8 @@
 //    sizes (1, not a multiple of 32, large) and in every dtype the row accepts.
 // The cases are generated from the table: a new cpu row is tested without editing this file, and
 // a new op or dtype fails EveryCpuRowHasAModel / EveryCpuRowDtypeHasAHandCase until this file
-// learns what it means.
+// learns what it means. The reductions without an identity (max, min, row_max, row_min) are also
+// run with NaNs placed at the first, a middle and the last element, and on empty inputs.
 //
 // Outputs are poisoned with 0xFF bytes (NaN for FLOAT32 and BFLOAT16, -1 for the integers) so
 // an element the kernel never wrote fails, and fenced by guard bytes so a write past either end
@@ -367,7 +368,8 @@ uint64_t ExpectedExtremumBits(const Tensor& x, int64_t begin, int64_t end, Extre
   bool nan = false;
   for (int64_t i = begin; i < end; ++i) {
     if (IsInteger(x.meta.dtype)) {
-      if (best < 0 || (max ? IntAt(x, i) > IntAt(x, best) : IntAt(x, i) < IntAt(x, best))) best = i;
+      const int64_t v = IntAt(x, i);
+      if (best < 0 || (max ? v > IntAt(x, best) : v < IntAt(x, best))) best = i;
       continue;
     }
     const double v = At(x, i);
@@ -390,8 +392,8 @@ uint64_t ExpectedExtremumBits(const Tensor& x, int64_t begin, int64_t end, Extre
   return bits;
 }
 
-AssertionResult CheckExtremumRuns(const Tensor& x, const Tensor& out, int64_t runs, Extremum which,
-                                  const char* what) {
+AssertionResult CheckExtremumRuns(const Tensor& x, const Tensor& out, int64_t runs,
+                                  Extremum which, const char* what) {
   const int64_t len = runs == 0 ? 0 : x.meta.NumElements() / runs;
   const size_t es = ElementSize(x.meta.dtype);
   for (int64_t r = 0; r < runs; ++r) {
@@ -399,8 +401,9 @@ AssertionResult CheckExtremumRuns(const Tensor& x, const Tensor& out, int64_t ru
     uint64_t got = 0;
     std::memcpy(&got, out.bytes.data() + r * es, es);
     if (got != want) {
-      return AssertionFailure() << what << "[" << r << "] = " << ElementString(out, r) << " (bits 0x"
-                                << std::hex << got << "), expected bits 0x" << want << std::dec;
+      return AssertionFailure() << what << "[" << r << "] = " << ElementString(out, r)
+                                << " (bits 0x" << std::hex << got << "), expected bits 0x" << want
+                                << std::dec;
     }
   }
   return AssertionSuccess();
@@ -417,10 +420,12 @@ AssertionResult CheckMin(const std::vector<Tensor>& in, const Tensor& out, Input
   return CheckExtremum(in, out, Extremum::kMin);
 }
 
-AssertionResult CheckRowExtremum(const std::vector<Tensor>& in, const Tensor& out, Extremum which) {
+AssertionResult CheckRowExtremum(const std::vector<Tensor>& in, const Tensor& out,
+                                 Extremum which) {
   const int64_t rows = in[0].meta.shape[0];
   if (auto r = MetaIs(out, {in[0].meta.dtype, {rows}}); !r) return r;
-  return CheckExtremumRuns(in[0], out, rows, which, which == Extremum::kMax ? "row_max" : "row_min");
+  return CheckExtremumRuns(in[0], out, rows, which,
+                           which == Extremum::kMax ? "row_max" : "row_min");
 }
 AssertionResult CheckRowMax(const std::vector<Tensor>& in, const Tensor& out, Inputs) {
   return CheckRowExtremum(in, out, Extremum::kMax);
@@ -435,6 +440,9 @@ struct OpModel {
   absl::string_view op;
   std::vector<Shapes> shapes;  // the cases each (row, dtype) runs on
   AssertionResult (*check)(const std::vector<Tensor>& in, const Tensor& out, Inputs kind);
+  // A reduction without an identity (max, min): NaN propagates and empty reductions are
+  // refused (CpuNaNTest, EmptyInputs below).
+  bool no_identity = false;
 };
 
 Shapes MatmulShapes(int64_t m, int64_t k, int64_t n) { return {{m, k}, {k, n}}; }
@@ -453,13 +461,13 @@ const std::vector<OpModel>& Models() {
       {"sum", kWholeShapes, CheckSum},
       {"row_sum", kRowShapes, CheckRowSum},
       {"row_mean", kRowShapes, CheckRowMean},
-      {"row_max", kRowShapes, CheckRowMax},
-      {"row_min", kRowShapes, CheckRowMin},
+      {"row_max", kRowShapes, CheckRowMax, /*no_identity=*/true},
+      {"row_min", kRowShapes, CheckRowMin, /*no_identity=*/true},
       {"transpose", {{{1, 1}}, {{1, 33}}, {{33, 1}}, {{33, 127}}, {{127, 65}}, {{64, 64}},
                      {{65, 129}}, {{1023, 1025}}},
        CheckTranspose},
-      {"max", kWholeShapes, CheckMax},
-      {"min", kWholeShapes, CheckMin},
+      {"max", kWholeShapes, CheckMax, /*no_identity=*/true},
+      {"min", kWholeShapes, CheckMin, /*no_identity=*/true},
       {"matmul", {MatmulShapes(1, 1, 1), MatmulShapes(1, 33, 1), MatmulShapes(33, 1, 127),
                   MatmulShapes(33, 127, 65), MatmulShapes(64, 64, 64), MatmulShapes(65, 129, 33),
                   MatmulShapes(255, 257, 129), MatmulShapes(256, 256, 256)},
@@ -897,6 +905,143 @@ TEST(Harness, NaNNeverPasses) {
   EXPECT_FALSE(Near("x", 0, std::nan(""), 1.0, 1e30));
   EXPECT_FALSE(Near("x", 0, std::nan(""), std::nan(""), 1e30));
   EXPECT_TRUE(Near("x", 0, 1.0, 1.0, 0.0));
+}
+
+// ---------------------------------------------------------------------------------------------
+// NaN and empty inputs of the reductions without an identity (max, min, row_max, row_min): the
+// ops this file's models mark so.
+
+// Quiet, negative and payload-carrying NaNs, one for each position: none is the canonical NaN
+// the output must hold, nor the poison.
+constexpr uint32_t kF32NaNs[] = {0x7FC00000u, 0xFFC00001u, 0x7F800001u};
+constexpr uint16_t kBf16NaNs[] = {0x7FC0u, 0xFFC1u, 0x7F81u};
+
+struct NaNParam {
+  const AlgoSpec* algo;
+  DType dtype;
+  Shapes shapes;
+  int at;  // 0: the first element, 1: a middle one, 2: the last
+};
+
+std::vector<NaNParam> NaNParams() {
+  std::vector<NaNParam> params;
+  for (const AlgoSpec* a : CpuRows()) {
+    const OpModel* model = FindModel(a->op);
+    if (model == nullptr || !model->no_identity) continue;
+    for (DType d : {DType::kFloat32, DType::kBFloat16}) {
+      if (!Accepts(*a, d)) continue;
+      for (const Shapes& s : model->shapes) {
+        for (int at = 0; at < 3; ++at) params.push_back({a, d, s, at});
+      }
+    }
+  }
+  return params;
+}
+
+class CpuNaNTest : public ::testing::TestWithParam<NaNParam> {};
+
+// A NaN at the first, a middle or the last element (for the row ops: of the first row, a middle
+// row, the last row) gives the canonical NaN where it is reduced, and leaves every other output
+// as the model says.
+TEST_P(CpuNaNTest, Propagates) {
+  const NaNParam& p = GetParam();
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE(absl::StrCat("seed ", seed));
+  std::mt19937_64 rng(seed);
+  std::vector<Tensor> in = {MakeInput(p.dtype, p.shapes[0], Inputs::kRandom, rng)};
+  const int64_t n = in[0].meta.NumElements();
+  const int64_t index = p.at == 0 ? 0 : p.at == 1 ? n / 2 : n - 1;
+  if (p.dtype == DType::kFloat32) {
+    std::memcpy(in[0].bytes.data() + index * 4, &kF32NaNs[p.at], 4);
+  } else {
+    std::memcpy(in[0].bytes.data() + index * 2, &kBf16NaNs[p.at], 2);
+  }
+  absl::StatusOr<Tensor> out = RunRow(*p.algo, in);
+  ASSERT_TRUE(out.ok()) << out.status();
+  const int64_t outputs = out->meta.NumElements();
+  const int64_t nan_output = outputs == 1 ? 0 : index / (n / outputs);
+  EXPECT_TRUE(std::isnan(At(*out, nan_output))) << "output " << nan_output << " is not NaN";
+  EXPECT_TRUE(FindModel(p.algo->op)->check(in, *out, Inputs::kRandom));
+}
+
+INSTANTIATE_TEST_SUITE_P(CpuRows, CpuNaNTest, ::testing::ValuesIn(NaNParams()),
+                         [](const ::testing::TestParamInfo<NaNParam>& info) {
+                           std::string shapes;
+                           for (const auto& s : info.param.shapes)
+                             absl::StrAppend(&shapes, "_", ShapeName(s));
+                           return absl::StrCat(Name(*info.param.algo, info.param.dtype), shapes,
+                                               "_nan_", info.param.at == 0   ? "first"
+                                                        : info.param.at == 1 ? "middle"
+                                                                             : "last");
+                         });
+
+// numpy's np.max(np.zeros(0)) raises "zero-size array to reduction operation maximum which has
+// no identity": the shape rule of every such op refuses an empty reduction with
+// INVALID_ARGUMENT naming the op and the input, in every dtype. Rows [0, C] reduce nothing and
+// give an empty [0]; the cpu row runs them without writing.
+TEST(EmptyInputs, ReductionsWithoutIdentityRefuseThem) {
+  int checked = 0;
+  for (const OpModel& m : Models()) {
+    if (!m.no_identity) continue;
+    const OpSpec* op = FindOp(m.op);
+    ASSERT_NE(op, nullptr) << m.op;
+    const bool rows = m.shapes[0][0].size() == 2;
+    const std::vector<std::vector<int64_t>> refused =
+        rows ? std::vector<std::vector<int64_t>>{{3, 0}, {1, 0}}
+             : std::vector<std::vector<int64_t>>{{0}, {4, 0}, {0, 3, 2}};
+    for (DType d : op->dtypes) {
+      for (const auto& shape : refused) {
+        const std::vector<TensorMeta> in = {{d, shape}};
+        absl::StatusOr<TensorMeta> out = op->infer(in);
+        SCOPED_TRACE(absl::StrCat(m.op, " of ", in[0].DebugString()));
+        ASSERT_FALSE(out.ok());
+        EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+        EXPECT_NE(out.status().message().find(m.op), absl::string_view::npos)
+            << out.status().message();
+        EXPECT_NE(out.status().message().find("input 0"), absl::string_view::npos)
+            << out.status().message();
+        EXPECT_NE(out.status().message().find("zero-size"), absl::string_view::npos)
+            << out.status().message();
+        ++checked;
+      }
+      if (!rows) continue;
+      for (const std::vector<int64_t>& shape : {std::vector<int64_t>{0, 5}, {0, 0}}) {
+        const std::vector<Tensor> in = {Empty(d, shape)};
+        SCOPED_TRACE(absl::StrCat(m.op, " of ", in[0].meta.DebugString()));
+        for (const AlgoSpec* a : CpuRows()) {
+          if (a->op != m.op) continue;
+          absl::StatusOr<Tensor> out = RunRow(*a, in);
+          ASSERT_TRUE(out.ok()) << out.status();
+          EXPECT_EQ(out->meta, (TensorMeta{d, {0}}));
+        }
+      }
+    }
+  }
+  EXPECT_GE(checked, 4 * 2 * 2 + 4 * 2 * 3) << "fewer ops without identity than the table has";
+}
+
+// A max that lets a NaN through as fmaxf does (the non-NaN operand wins) must fail the model.
+TEST(Harness, AMaxThatDropsNaNFails) {
+  const AlgoSpec fmax_like = Broken("max", [](const KernelArgs& a) {
+    const auto* x = static_cast<const float*>(a.inputs[0]);
+    float m = -INFINITY;
+    for (int64_t i = 0; i < a.input_meta[0].NumElements(); ++i) m = std::fmax(m, x[i]);
+    *static_cast<float*>(a.output) = m;
+    return absl::OkStatus();
+  });
+  std::vector<Tensor> in = {F32({3}, {1, 2, 3})};
+  std::memcpy(in[0].bytes.data() + 4, &kF32NaNs[0], 4);
+  absl::StatusOr<Tensor> out = RunRow(fmax_like, in);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_FALSE(FindModel("max")->check(in, *out, Inputs::kRandom));
+  // And one that returns some NaN, but not the canonical one, fails as well.
+  const AlgoSpec payload = Broken("max", [](const KernelArgs& a) {
+    std::memcpy(a.output, &kF32NaNs[1], 4);
+    return absl::OkStatus();
+  });
+  out = RunRow(payload, in);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_FALSE(FindModel("max")->check(in, *out, Inputs::kRandom));
 }
 
 }  // namespace
