@@ -6,11 +6,12 @@
 // 1/cols or an integer mean's division, a bf16 max's narrowing) is applied as CUB writes it,
 // through a transform output iterator, so there is no second pass over d_out.
 // Accumulators (reduce_op.cuh): FLOAT32 sums and means with DeviceSegmentedReduce::Sum; every
-// other case goes through DeviceSegmentedReduce::Reduce with the operator's functor over its accumulator type
-// and its identity as the initial value, which makes that type CUB's accumulator (float32 for
-// bf16, int64 for int32 sums). The input stays a raw pointer in every case, so CUB keeps its
-// vectorized loads. CUB (CCCL 3.0, CUDA 13) launches one 256-thread block per segment;
-// deterministic. Included by the op files' instantiation .cu files (row_sum.cu, row_max.cu...).
+// other case goes through DeviceSegmentedReduce::Reduce with the operator's functor over its
+// accumulator type and its identity as the initial value, which makes that type CUB's
+// accumulator (float32 for bf16, int64 for int32 sums). The input stays a raw pointer in every
+// case, so CUB keeps its vectorized loads. CUB (CCCL 3.0, CUDA 13) launches one 256-thread block
+// per segment; deterministic. Included by the op files' instantiation .cu files (row_sum.cu,
+// row_max.cu...).
 #pragma once
 
 #include <cub/device/device_segmented_reduce.cuh>

@@ -12,9 +12,10 @@
 namespace opserve::ops::reduce_family {
 namespace {
 
+// numpy's words: "zero-size array to reduction operation maximum which has no identity".
 absl::Status EmptyReduction(absl::string_view op, absl::string_view what, const TensorMeta& m) {
-  return absl::InvalidArgumentError(absl::StrCat("zero-size ", what, " of input 0 ",
-                                                 m.DebugString(), " to reduction operation ", op,
+  return absl::InvalidArgumentError(absl::StrCat("zero-size ", what, " ", m.DebugString(),
+                                                 " to reduction operation ", op,
                                                  ", which has no identity"));
 }
 
@@ -94,14 +95,16 @@ absl::StatusOr<TensorMeta> InferRows(std::span<const TensorMeta> in, DType out) 
 absl::StatusOr<TensorMeta> InferWholeNoIdentity(absl::string_view op,
                                                 std::span<const TensorMeta> in) {
   ASSIGN_OR_RETURN(TensorMeta out, InferWhole(in, in[0].dtype));
-  if (in[0].NumElements() == 0) return EmptyReduction(op, "tensor", in[0]);
+  if (in[0].NumElements() == 0) return EmptyReduction(op, "input 0", in[0]);
   return out;
 }
 
 absl::StatusOr<TensorMeta> InferRowsNoIdentity(absl::string_view op,
                                                std::span<const TensorMeta> in) {
   ASSIGN_OR_RETURN(TensorMeta out, InferRows(in, in[0].dtype));
-  if (in[0].shape[0] > 0 && in[0].shape[1] == 0) return EmptyReduction(op, "rows", in[0]);
+  if (in[0].shape[0] > 0 && in[0].shape[1] == 0) {
+    return EmptyReduction(op, "rows of input 0", in[0]);
+  }
   return out;
 }
 
