@@ -48,7 +48,9 @@ T ExtremumOf(const T* x, int64_t n) {
     }
   } else {
     T e = x[0];
-    for (int64_t i = 1; i < n; ++i) e = (kWhich == Extremum::kMax ? x[i] > e : x[i] < e) ? x[i] : e;
+    for (int64_t i = 1; i < n; ++i) {
+      if (kWhich == Extremum::kMax ? x[i] > e : x[i] < e) e = x[i];
+    }
     return e;
   }
 }
@@ -63,7 +65,7 @@ void Rows(const KernelArgs& a, int64_t rows, int64_t cols) {
 template <Extremum kWhich>
 absl::Status RunRows(const KernelArgs& a, int64_t rows, int64_t cols) {
   if (rows == 0) return absl::OkStatus();
-  if (cols == 0) return absl::InternalError("max / min of an empty row: the shape rule refuses it");
+  if (cols == 0) return absl::InternalError("max / min of an empty row: the shape rule refuses");
   switch (a.input_meta[0].dtype) {
     case DType::kFloat32: Rows<kWhich, float>(a, rows, cols); break;
     case DType::kBFloat16: Rows<kWhich, uint16_t>(a, rows, cols); break;

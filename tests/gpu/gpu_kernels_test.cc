@@ -5,9 +5,9 @@
 //
 // Inputs are fresh random values every run (never zeros; the seed is printed). Outputs are
 // poisoned (0xFF bytes: NaN for floats) and fenced by guard bytes, so an unwritten element or an
-// out-of-bounds write fails. The exact reductions (max, min, row_max, row_min) are also run with
-// NaNs in their inputs (GpuNaNTest). The error is measured by tests/support/result_check.h, against the
-// op's tolerance for the algorithm and dtype; NaN never passes.
+// out-of-bounds write fails. The error is measured by tests/support/result_check.h, against the
+// op's tolerance for the algorithm and dtype; NaN never passes. The exact reductions (max, min,
+// row_max, row_min) are also run with NaNs in their inputs (GpuNaNTest).
 // Without a usable GPU every test is reported as skipped.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -251,17 +251,14 @@ GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(GpuKernelTest);
 
 // NaN propagation of the exact reductions (the ops whose error scale is kExact: max, min,
 // row_max, row_min), on the GPU: every cuda row, FLOAT32 and BFLOAT16, each edge shape, with one
-// NaN at the first, a middle and the last element of the input (for the row ops: the first
-// element of the first row, the middle of a middle row, the last element of the last row), each
-// NaN a different bit pattern. The output must equal the CPU reference's bit for bit: the
+// NaN at the first, a middle and the last element of the input in turn (for the row ops: the
+// first element of the first row, the middle of a middle row, the last element of the last row),
+// each NaN a different bit pattern. The output must equal the CPU reference's bit for bit: the
 // canonical NaN where a NaN was reduced, and the exact extremum elsewhere.
-enum class NaNAt { kFirst, kMiddle, kLast };
-
 struct NaNCase {
   const AlgoSpec* algo;
   DType dtype;
   std::vector<int64_t> shape;
-  NaNAt at;
   std::string name;
 };
 void PrintTo(const NaNCase& c, std::ostream* os) { *os << c.name; }
@@ -275,13 +272,9 @@ std::vector<NaNCase> NaNCases() {
     for (DType d : a.dtypes) {
       if (d != DType::kFloat32 && d != DType::kBFloat16) continue;
       for (const Shapes& s : op->test.edge_shapes) {
-        for (NaNAt at : {NaNAt::kFirst, NaNAt::kMiddle, NaNAt::kLast}) {
-          std::string name = absl::StrCat(a.op, "_", a.name, "_", DTypeName(d), "_",
-                                          absl::StrJoin(s[0], "x"), "_nan_",
-                                          at == NaNAt::kFirst ? "first"
-                                          : at == NaNAt::kMiddle ? "middle" : "last");
-          cases.push_back({&a, d, s[0], at, name});
-        }
+        cases.push_back({&a, d, s[0],
+                         absl::StrCat(a.op, "_", a.name, "_", DTypeName(d), "_",
+                                      absl::StrJoin(s[0], "x"))});
       }
     }
   }
@@ -298,39 +291,41 @@ TEST_P(GpuNaNTest, PropagatesAsTheReference) {
                  << ComputeCapabilityName(backend_->compute_capability());
   }
   const std::vector<TensorMeta> metas = {{c.dtype, c.shape}};
-  std::vector<std::string> host = {RandomBytes(metas[0], 1)};
-  const int64_t n = metas[0].NumElements();
-  const int64_t index = c.at == NaNAt::kFirst ? 0 : c.at == NaNAt::kLast ? n - 1 : n / 2;
+  const TensorMeta out_meta = *FindOp(c.algo->op)->infer(metas);
+  const int64_t n = metas[0].NumElements(), outputs = out_meta.NumElements();
+  const size_t es = ElementSize(c.dtype);
+  const uint32_t canonical = c.dtype == DType::kFloat32 ? 0x7FFFFFFFu : 0x7FFFu;
   // Quiet, negative and payload-carrying NaNs: none of them is the canonical NaN the output
   // must hold, nor the poison.
-  if (c.dtype == DType::kFloat32) {
-    constexpr uint32_t kNaNs[] = {0x7FC00000u, 0xFFC00001u, 0x7F800001u};
-    const uint32_t bits = kNaNs[static_cast<int>(c.at)];
-    std::memcpy(host[0].data() + index * 4, &bits, 4);
-  } else {
-    constexpr uint16_t kNaNs[] = {0x7FC0u, 0xFFC1u, 0x7F81u};
-    const uint16_t bits = kNaNs[static_cast<int>(c.at)];
-    std::memcpy(host[0].data() + index * 2, &bits, 2);
-  }
-  std::string got, ref;
-  bool refused = false;
-  RunBoth(*backend_, *env_, *cpu_env_, *c.algo, metas, host, &got, &ref, &refused);
-  if (HasFatalFailure() || refused) return;
+  constexpr uint32_t kF32NaNs[] = {0x7FC00000u, 0xFFC00001u, 0x7F800001u};
+  constexpr uint16_t kBf16NaNs[] = {0x7FC0u, 0xFFC1u, 0x7F81u};
+  const char* const kWhere[] = {"first", "middle", "last"};
+  for (int at = 0; at < 3; ++at) {
+    SCOPED_TRACE(absl::StrCat("NaN at the ", kWhere[at], " element"));
+    std::vector<std::string> host = {RandomBytes(metas[0], 1 + at)};
+    const int64_t index = at == 0 ? 0 : at == 1 ? n / 2 : n - 1;
+    if (c.dtype == DType::kFloat32) {
+      std::memcpy(host[0].data() + index * 4, &kF32NaNs[at], 4);
+    } else {
+      std::memcpy(host[0].data() + index * 2, &kBf16NaNs[at], 2);
+    }
+    std::string got, ref;
+    bool refused = false;
+    RunBoth(*backend_, *env_, *cpu_env_, *c.algo, metas, host, &got, &ref, &refused);
+    if (HasFatalFailure() || refused) return;
 
-  // The reference itself must have propagated it, or the comparison proves nothing.
-  const TensorMeta out_meta = *FindOp(c.algo->op)->infer(metas);
-  const int64_t outputs = out_meta.NumElements();
-  const int64_t nan_output = outputs == 1 ? 0 : index / (n / outputs);
-  const size_t es = ElementSize(c.dtype);
-  uint32_t ref_bits = 0, got_bits = 0;
-  std::memcpy(&ref_bits, ref.data() + nan_output * es, es);
-  std::memcpy(&got_bits, got.data() + nan_output * es, es);
-  const uint32_t canonical = c.dtype == DType::kFloat32 ? 0x7FFFFFFFu : 0x7FFFu;
-  ASSERT_EQ(ref_bits, canonical) << "the CPU reference did not give the canonical NaN";
-  EXPECT_EQ(got_bits, canonical) << "output " << nan_output << ": bits 0x" << std::hex << got_bits;
-  for (int64_t i = 0; i < outputs; ++i) {
-    EXPECT_EQ(std::memcmp(got.data() + i * es, ref.data() + i * es, es), 0)
-        << "output " << i << " differs from the CPU reference";
+    // The reference itself must have propagated it, or the comparison proves nothing.
+    const int64_t nan_output = outputs == 1 ? 0 : index / (n / outputs);
+    uint32_t ref_bits = 0, got_bits = 0;
+    std::memcpy(&ref_bits, ref.data() + nan_output * es, es);
+    std::memcpy(&got_bits, got.data() + nan_output * es, es);
+    ASSERT_EQ(ref_bits, canonical) << "the CPU reference did not give the canonical NaN";
+    EXPECT_EQ(got_bits, canonical) << "output " << nan_output << ": bits 0x" << std::hex
+                                   << got_bits;
+    for (int64_t i = 0; i < outputs; ++i) {
+      EXPECT_EQ(std::memcmp(got.data() + i * es, ref.data() + i * es, es), 0)
+          << "output " << i << " differs from the CPU reference";
+    }
   }
 }
 
