@@ -4,7 +4,7 @@
 // table against CUB's segmented reduce with an int64 accumulator and the read stream.
 // row_max / row_min (the row kernels under another operator), informational: FLOAT32 at
 // 10x2048, 1048576x64 and 8192x8192 and BFLOAT16 at 8192x8192, against the read stream, each
-// output checked bit for bit against the table's cub_segmented row.
+// output checked bit for bit against the table's cub_segmented row (block_per_row for bf16).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -96,11 +96,19 @@ void RowExtremumCases(Bench& bench) {
       if (!served) continue;
       const Case& c = *served;
       Sets sets(c.inputs, c.output, stream);
-      const AlgoSpec* cub = FindAlgorithm(op, "cub_segmented", bench.backend());
-      if (cub == nullptr) Die(absl::StrCat(op, ": the table has no cub_segmented row"));
+      // The anchor of the bits: cub_segmented where it runs the dtype, else block_per_row.
+      const AlgoSpec* cub = nullptr;
+      for (const char* name : {"cub_segmented", "block_per_row"}) {
+        const AlgoSpec* a = FindAlgorithm(op, name, bench.backend());
+        if (a != nullptr && std::find(a->dtypes.begin(), a->dtypes.end(), s.dtype) != a->dtypes.end()) {
+          cub = a;
+          break;
+        }
+      }
+      if (cub == nullptr) Die(absl::StrCat(op, ": no cub_segmented or block_per_row row runs it"));
       const uint64_t bytes = c.output.Bytes();
       std::vector<char> want(bytes), got(bytes);
-      if (!bench.RunTable(*cub, c, sets, 0)) Die(absl::StrCat(op, ": cub_segmented failed"));
+      if (!bench.RunTable(*cub, c, sets, 0)) Die(absl::StrCat(op, ": ", cub->name, " failed"));
       bench.FinishEnv();
       Check(cudaMemcpy(want.data(), sets.out(0), bytes, cudaMemcpyDeviceToHost), "reference");
       auto check = [&](Row& r) {

@@ -113,6 +113,10 @@ absl::Status WarpPerRow(const KernelArgs& a) {
 }
 template <typename Op>
 absl::Status CubSegmented(const KernelArgs& a) {
+  // Not offered for bf16 extrema (CubSegmentedDTypes below), so refused as an unlisted dtype is.
+  if constexpr (std::is_same_v<Op, kernels::Max> || std::is_same_v<Op, kernels::Min>) {
+    if (a.input_meta[0].dtype == DType::kBFloat16) return cuda::NoLauncher(a);
+  }
   return cuda::RunRowReduce(a, OPSERVE_LAUNCHER(kernels::RowReduceCubSegmented<Op>));
 }
 
@@ -149,6 +153,19 @@ std::vector<AlgoSpec> WholeCudaRows(absl::string_view op) {
   return rows;
 }
 
+// The dtypes cub_segmented runs for Op. Not BFLOAT16 for max and min: there the float
+// accumulator is narrowed back to bf16 through a transform output iterator, and on the GPU suite
+// (H200, CUDA 13's CUB) that gave wrong rows for one-column inputs ([1, 1], [7, 1]) while every
+// longer row matched; until that is understood the row is not offered for bf16 extrema.
+template <typename Op>
+std::vector<DType> CubSegmentedDTypes() {
+  if constexpr (std::is_same_v<Op, kernels::Max> || std::is_same_v<Op, kernels::Min>) {
+    return {DType::kFloat32, DType::kInt32, DType::kInt64};
+  } else {
+    return {std::begin(kAllDTypes), std::end(kAllDTypes)};
+  }
+}
+
 // The row rows. naive, the slow baseline of the sums, is not repeated for max and min: it shows
 // uncoalesced loads, which the sums already show.
 template <typename Op>
@@ -160,7 +177,7 @@ std::vector<AlgoSpec> RowCudaRows(absl::string_view op) {
        .description = "a block per row, unrolled independent loads"},
       {.op = op, .name = "warp_per_row", .backend = "cuda", .dtypes = all, .run = WarpPerRow<Op>,
        .min_compute_capability = kSm80, .description = "a warp per row"},
-      {.op = op, .name = "cub_segmented", .backend = "cuda", .dtypes = all,
+      {.op = op, .name = "cub_segmented", .backend = "cuda", .dtypes = CubSegmentedDTypes<Op>(),
        .run = CubSegmented<Op>, .min_compute_capability = kSm80,
        .description = "cub::DeviceSegmentedReduce"},
   };

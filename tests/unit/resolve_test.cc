@@ -286,7 +286,11 @@ TEST(Resolve, AutoReductionsRunEveryDtypeOnCuda) {
     for (auto shape : {std::vector<int64_t>{10, 2048}, {1 << 20, 64}, {8192, 8192}, {4096, 4096}}) {
       for (const char* op : {"row_sum", "row_mean", "row_max", "row_min"}) {
         EXPECT_TRUE(Resolve(h100, op, "auto", {{d, shape}}).ok()) << op;
-        EXPECT_TRUE(Resolve(h100, op, "cub_segmented", {{d, shape}}).ok()) << op;
+        // cub_segmented does not offer bf16 extrema (server/ops/reduce_family.h says why).
+        const absl::string_view name = op;
+        const bool bf16_extremum =
+            d == DType::kBFloat16 && (name == "row_max" || name == "row_min");
+        EXPECT_EQ(Resolve(h100, op, "cub_segmented", {{d, shape}}).ok(), !bf16_extremum) << op;
       }
     }
   }
