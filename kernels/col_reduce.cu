@@ -25,7 +25,9 @@
 namespace opserve::kernels {
 namespace {
 
-using row_reduce::AccT;
+// Column sums and means accumulate as the reduction family's Sum does (reduce_op.cuh).
+template <typename In>
+using AccT = row_reduce::AccT<Sum, In>;
 using row_reduce::kLanes;
 using row_reduce::VecT;
 
@@ -46,11 +48,11 @@ struct Cols {
   __device__ __forceinline__ static void Add(const Load& v, AccT<In>* acc) {
     if constexpr (kVec) {
       AccT<In> a[kPerLoad];
-      row_reduce::VecToAcc<In>(v, a);
+      row_reduce::VecToAcc<Sum, In>(v, a);
 #pragma unroll
       for (int e = 0; e < kPerLoad; ++e) acc[e] += a[e];
     } else {
-      acc[0] += row_reduce::ToAcc(v);
+      acc[0] += reduce::ToAcc<Sum>(v);
     }
   }
 };
@@ -171,10 +173,8 @@ cudaError_t ColReduceImpl(const ColReduceTuning& t, void* d_temp, size_t* temp_b
                           const In* d_in, Out* d_out, int64_t rows, int64_t cols, bool mean,
                           cudaStream_t stream) {
   using Acc = AccT<In>;
-  using Finish = row_reduce::RowFinish<Acc, Out>;
-  Finish finish{};
-  // Each output reduces `rows` elements: the count a mean divides by.
-  if (!Finish::Make(rows, mean, &finish)) return cudaErrorInvalidValue;
+  // `mean` must fit the output type: an integer column sum has INT64 output, a mean FLOAT32.
+  if (mean ? !std::is_same_v<Out, float> : !std::is_same_v<Out, Acc>) return cudaErrorInvalidValue;
   const bool vec = cols % kLanes<In> == 0 && reinterpret_cast<uintptr_t>(d_in) % 16 == 0;
   const int64_t slots = vec ? CeilDiv<int64_t>(cols / kLanes<In>, t.vecs) : cols;
   int sm_count = 0;
@@ -194,9 +194,19 @@ cudaError_t ColReduceImpl(const ColReduceTuning& t, void* d_temp, size_t* temp_b
           : LaunchPartials<In, false, 1, kDefaultTuning.unroll>(grid, d_in, partial, rows, cols,
                                                                 g.rows_per_chunk, stream);
   if (err != cudaSuccess) return err;
-  col_finish<Acc, Out, Finish><<<static_cast<unsigned>(CeilDiv<int64_t>(cols, kThreads)), kThreads,
-                                 0, stream>>>(partial, d_out, cols, g.chunks, finish);
-  return LastLaunchError();
+  // Each output reduces `rows` elements: the count a mean divides by.
+  auto finish_with = [&](auto finish) {
+    col_finish<Acc, Out><<<static_cast<unsigned>(CeilDiv<int64_t>(cols, kThreads)), kThreads, 0,
+                           stream>>>(partial, d_out, cols, g.chunks, finish);
+    return LastLaunchError();
+  };
+  if constexpr (std::is_same_v<Out, float>) {
+    if (mean) return finish_with(row_reduce::RowFinish<Mean, float>::Make(rows));
+  }
+  if constexpr (std::is_same_v<Out, Acc>) {
+    return finish_with(row_reduce::RowFinish<Sum, Out>::Make(rows));
+  }
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // Column sums and means of a row-major [rows, cols] matrix -> [cols]: what row_sum / row_mean of
 // its transpose give, reading the matrix once and writing no transpose. The planner's fused
 // kernel for row_sum(transpose(X)) and row_mean(transpose(X)) (server/ops/fusion.cc).
-// The (input, output) pairs and `mean` rules of kernels/row_reduce.h, with rows and cols
+// The (input, output) pairs and `mean` rules of kernels/reduce.h (Sum, Mean), with rows and cols
 // swapping roles: each output is the sum (or mean) of `rows` elements. CUB's two-phase temp
 // convention (common.h): the scratch holds one partial row of sums per chunk of rows.
 // Deterministic: each column's additions run in an order that depends only on the shape and

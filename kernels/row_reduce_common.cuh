@@ -1,5 +1,6 @@
-// Private helpers shared by the row_reduce_*.cu launchers (row_sum / row_mean over [rows, cols] of
-// FLOAT32, BFLOAT16, INT32 or INT64). Not part of the kernel layer's public surface.
+// Private helpers shared by the row reductions (kernels/row_reduce_*.cuh: [rows, cols] of FLOAT32,
+// BFLOAT16, INT32 or INT64 -> [rows]), written against an operator (reduce_op.cuh). Not part of
+// the kernel layer's public surface.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -10,18 +11,21 @@
 
 #include "kernels/bf16_words.cuh"
 #include "kernels/common.h"
+#include "kernels/reduce.h"
+#include "kernels/reduce_op.cuh"
 
 namespace opserve::kernels::row_reduce {
 
+using reduce::AccT;
+using reduce::Combine;
+using reduce::Identity;
+
 constexpr int kWarpSize = 32;
 
-// Host: what each float-accumulated output (FLOAT32 and BFLOAT16 inputs) is multiplied by. A sum
-// is left exact (x * 1.0f == x); a mean uses 1/cols rounded once from double, so one rounding step
-// more than a division, far under any float32 tolerance, and a multiply instead of a divide per
-// row.
-inline float OutputScale(int64_t cols, bool mean) {
-  return mean ? static_cast<float>(1.0 / static_cast<double>(cols)) : 1.0f;
-}
+// Host: what a float-accumulated mean (FLOAT32 and BFLOAT16 inputs) is multiplied by: 1/cols
+// rounded once from double, so one rounding step more than a division, far under any float32
+// tolerance, and a multiply instead of a divide per row.
+inline float MeanScale(int64_t cols) { return static_cast<float>(1.0 / static_cast<double>(cols)); }
 
 // Host: multiprocessor count of the current device (grid sizing only).
 inline cudaError_t CurrentSmCount(int* sm_count) {
@@ -32,32 +36,26 @@ inline cudaError_t CurrentSmCount(int* sm_count) {
 }
 
 // ---- Element types ----
-// Each input type's accumulator (float for float and bf16, int64 for the integers: exact sums),
-// its 16-byte vector (bf16 as 8 raw halves in a uint4), and the vector's lane count.
+// Each input type's 16-byte vector (bf16 as 8 raw halves in a uint4) and the vector's lane count.
+// The accumulator is the operator's (reduce_op.cuh: AccT).
 template <typename In>
 struct Elem;
 template <>
 struct Elem<float> {
-  using Acc = float;
   using Vec = float4;
 };
 template <>
 struct Elem<__nv_bfloat16> {
-  using Acc = float;
   using Vec = uint4;
 };
 template <>
 struct Elem<int32_t> {
-  using Acc = int64_t;
   using Vec = int4;
 };
 template <>
 struct Elem<int64_t> {
-  using Acc = int64_t;
   using Vec = longlong2;
 };
-template <typename In>
-using AccT = typename Elem<In>::Acc;
 template <typename In>
 using VecT = typename Elem<In>::Vec;
 
@@ -67,27 +65,15 @@ inline constexpr int kLanes = kVecBytes / static_cast<int>(sizeof(In));
 static_assert(sizeof(float4) == kVecBytes && sizeof(uint4) == kVecBytes &&
               sizeof(int4) == kVecBytes && sizeof(longlong2) == kVecBytes);
 
-// ---- What each output is made of its row's sum ----
-// RowFinish<Acc, Out>: the launcher's (In, Out, mean) combination, built on the host by Make
-// (false when `mean` does not fit the output type: an integer row_sum has INT64 output, an integer
-// row_mean FLOAT32), applied on the device to each row's sum.
-template <typename Acc, typename Out>
-struct RowFinish;
-// float / bf16 input: the float sum times OutputScale.
-template <>
-struct RowFinish<float, float> {
-  float scale;
-  static bool Make(int64_t cols, bool mean, RowFinish* f) {
-    f->scale = OutputScale(cols, mean);
-    return true;
+// ---- What each output is made of its row's accumulator ----
+// Sum, Max, Min: the accumulator as the output type (reduce_op.cuh's ToOut; exact).
+template <typename Op, typename Out>
+struct RowFinish {
+  static RowFinish Make(int64_t /*cols*/) { return {}; }
+  template <typename Acc>
+  __device__ __forceinline__ Out operator()(Acc total) const {
+    return reduce::ToOut<Out>(total);
   }
-  __device__ __forceinline__ float operator()(float sum) const { return sum * scale; }
-};
-// Integer row_sum: the exact int64 sum (an int64 overflow wraps modulo 2^64, as numpy's does).
-template <>
-struct RowFinish<int64_t, int64_t> {
-  static bool Make(int64_t /*cols*/, bool mean, RowFinish* /*f*/) { return !mean; }
-  __device__ __forceinline__ int64_t operator()(int64_t sum) const { return sum; }
 };
 // Integer row_mean: the exact int64 sum divided by cols in double, rounded once to float.
 // Out of line: the double division (Newton steps and a slow path) inlined into warp_per_row's
@@ -95,20 +81,20 @@ struct RowFinish<int64_t, int64_t> {
 __device__ __noinline__ inline float IntRowMean(int64_t sum, int64_t cols) {
   return static_cast<float>(static_cast<double>(sum) / static_cast<double>(cols));
 }
+// Mean: a float sum times MeanScale; an integer row's exact sum divided by cols (IntRowMean).
 template <>
-struct RowFinish<int64_t, float> {
+struct RowFinish<Mean, float> {
+  float scale;
   int64_t cols;
-  static bool Make(int64_t cols, bool mean, RowFinish* f) {
-    f->cols = cols;
-    return mean;
-  }
+  static RowFinish Make(int64_t cols) { return {MeanScale(cols), cols}; }
+  __device__ __forceinline__ float operator()(float sum) const { return sum * scale; }
   __device__ __forceinline__ float operator()(int64_t sum) const { return IntRowMean(sum, cols); }
 };
-// The partials of a split row: the sum as it is (the second pass applies the real finish).
-struct KeepSum {
+// The partials of a split row: the accumulator as it is (the second pass applies the real finish).
+struct Keep {
   template <typename Acc>
-  __device__ __forceinline__ Acc operator()(Acc sum) const {
-    return sum;
+  __device__ __forceinline__ Acc operator()(Acc total) const {
+    return total;
   }
 };
 
@@ -120,41 +106,35 @@ __device__ __forceinline__ T LoadStreaming(const T* p) {
   return __ldg(p);
 }
 
-template <typename In>
-__device__ __forceinline__ In ZeroElem() {
-  if constexpr (std::is_same_v<In, __nv_bfloat16>) {
-    return __ushort_as_bfloat16(0);
-  } else {
-    return In(0);
-  }
+// What a lane past the end of a row holds: the operator's identity, so it changes nothing (zero
+// for a sum).
+template <typename Op, typename In>
+__device__ __forceinline__ In PadElem() {
+  return reduce::IdentityIn<Op, In>();
 }
 
-template <typename In>
-__device__ __forceinline__ VecT<In> ZeroVec() {
+template <typename Op, typename In>
+__device__ __forceinline__ VecT<In> PadVec() {
   VecT<In> v;
-  v.x = 0;
-  v.y = 0;
-  if constexpr (kLanes<In> != 2) {  // longlong2 has no z, w
-    v.z = 0;
-    v.w = 0;
+  if constexpr (std::is_same_v<In, __nv_bfloat16>) {
+    const unsigned int half = __bfloat16_as_ushort(PadElem<Op, In>());
+    v.x = v.y = v.z = v.w = (half << 16) | half;
+  } else {
+    const In pad = PadElem<Op, In>();
+    v.x = pad;
+    v.y = pad;
+    if constexpr (kLanes<In> != 2) {  // longlong2 has no z, w
+      v.z = pad;
+      v.w = pad;
+    }
   }
   return v;
 }
 
-// One element in its accumulator type (bf16 -> float is exact: a bf16 is a float's top half).
-template <typename In>
-__device__ __forceinline__ AccT<In> ToAcc(In x) {
-  if constexpr (std::is_same_v<In, __nv_bfloat16>) {
-    return __bfloat162float(x);
-  } else {
-    return static_cast<AccT<In>>(x);
-  }
-}
-
 
 // The kLanes elements of one vector, in address order, in the accumulator type.
-template <typename In>
-__device__ __forceinline__ void VecToAcc(const VecT<In>& v, AccT<In> (&a)[kLanes<In>]) {
+template <typename Op, typename In>
+__device__ __forceinline__ void VecToAcc(const VecT<In>& v, AccT<Op, In> (&a)[kLanes<In>]) {
   if constexpr (std::is_same_v<In, __nv_bfloat16>) {
     const unsigned int w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
@@ -173,103 +153,101 @@ __device__ __forceinline__ void VecToAcc(const VecT<In>& v, AccT<In> (&a)[kLanes
   }
 }
 
-// Pairwise sum of neighbours, level by level: ((a0 + a1) + (a2 + a3)) + ... A fixed shape.
-template <int kN, typename Acc>
-__device__ __forceinline__ Acc TreeSum(Acc (&a)[kN]) {
+// Pairwise combine of neighbours, level by level: ((a0 + a1) + (a2 + a3)) + ... A fixed shape.
+template <typename Op, int kN, typename Acc>
+__device__ __forceinline__ Acc Tree(Acc (&a)[kN]) {
   static_assert(kN >= 1 && (kN & (kN - 1)) == 0, "a power of two");
 #pragma unroll
   for (int width = 1; width < kN; width *= 2) {
 #pragma unroll
-    for (int i = 0; i + width < kN; i += 2 * width) a[i] += a[i + width];
+    for (int i = 0; i + width < kN; i += 2 * width) a[i] = Combine<Op>(a[i], a[i + width]);
   }
   return a[0];
 }
 
-// A thread's running sums over 16-byte vectors. float: one per lane (4), which keeps each float
-// rounding chain short. bf16: one per 32-bit word (4), its two halves added first. Integers are
-// exact in any order, so they keep 2 running int64 sums (4 registers; 4 sums would spill the
-// int32 warp kernel at the 64-register cap).
-template <typename In>
-inline constexpr int kAccLanes = std::is_same_v<AccT<In>, int64_t> ? 2 : 4;
+// A thread's running accumulators over 16-byte vectors. float: one per lane (4), which keeps each
+// float rounding chain short. bf16: one per 32-bit word (4), its two halves combined first. 8-byte
+// accumulators (int64; int32 under Sum, exact in any order) keep 2 (4 registers; 4 int64 sums
+// would spill the int32 warp kernel at the 64-register cap); int32 under Max / Min keeps 4.
+template <typename Op, typename In>
+inline constexpr int kAccLanes = sizeof(AccT<Op, In>) == 8 ? 2 : 4;
 
-template <typename In>
-__device__ __forceinline__ void AddVec(AccT<In> (&acc)[kAccLanes<In>], const VecT<In>& v) {
-  if constexpr (std::is_same_v<In, __nv_bfloat16>) {
-    acc[0] += Bf16Lo(v.x) + Bf16Hi(v.x);
-    acc[1] += Bf16Lo(v.y) + Bf16Hi(v.y);
-    acc[2] += Bf16Lo(v.z) + Bf16Hi(v.z);
-    acc[3] += Bf16Lo(v.w) + Bf16Hi(v.w);
-  } else if constexpr (std::is_same_v<In, int32_t>) {
-    acc[0] += int64_t{v.x} + int64_t{v.y};
-    acc[1] += int64_t{v.z} + int64_t{v.w};
-  } else if constexpr (kLanes<In> == 2) {
-    acc[0] += v.x;
-    acc[1] += v.y;
-  } else {
-    acc[0] += v.x;
-    acc[1] += v.y;
-    acc[2] += v.z;
-    acc[3] += v.w;
+// Folds one vector into the running accumulators: lane j into acc[j], or lanes 2j and 2j + 1,
+// combined first, where there are half as many accumulators as lanes.
+template <typename Op, typename In>
+__device__ __forceinline__ void AddVec(AccT<Op, In> (&acc)[kAccLanes<Op, In>], const VecT<In>& v) {
+  constexpr int kL = kLanes<In>, kA = kAccLanes<Op, In>;
+  static_assert(kL == kA || kL == 2 * kA, "a lane or a pair of lanes per accumulator");
+  AccT<Op, In> a[kL];
+  VecToAcc<Op, In>(v, a);
+#pragma unroll
+  for (int j = 0; j < kA; ++j) {
+    if constexpr (kL == kA) {
+      acc[j] = Combine<Op>(acc[j], a[j]);
+    } else {
+      acc[j] = Combine<Op>(acc[j], Combine<Op>(a[2 * j], a[2 * j + 1]));
+    }
   }
 }
 
-// ---- Warp and block sums ----
-// Butterfly sum over aligned groups of kGroup lanes (a power of two <= 32). Every lane of the
-// warp must call it (full mask); every lane of a group ends with the group's sum. The tree shape
+// ---- Warp and block reductions ----
+// Butterfly over aligned groups of kGroup lanes (a power of two <= 32). Every lane of the warp
+// must call it (full mask); every lane of a group ends with the group's result. The tree shape
 // is fixed, so the result is deterministic.
-template <int kGroup, typename Acc>
-__device__ __forceinline__ Acc GroupSum(Acc v) {
+template <typename Op, int kGroup, typename Acc>
+__device__ __forceinline__ Acc GroupReduce(Acc v) {
   static_assert(kGroup >= 1 && kGroup <= kWarpSize && (kGroup & (kGroup - 1)) == 0,
                 "group must be a power of two within a warp");
 #pragma unroll
   for (int offset = kGroup / 2; offset > 0; offset /= 2) {
-    v += __shfl_xor_sync(0xffffffffu, v, offset);
+    v = Combine<Op>(v, __shfl_xor_sync(0xffffffffu, v, offset));
   }
   return v;
 }
 
-template <typename Acc>
-__device__ __forceinline__ Acc WarpSum(Acc v) {
-  return GroupSum<kWarpSize>(v);
+template <typename Op, typename Acc>
+__device__ __forceinline__ Acc WarpReduce(Acc v) {
+  return GroupReduce<Op, kWarpSize>(v);
 }
 
-// Block-wide sum; the result is valid in thread 0 only. Ends with no barrier pending, but a caller
-// that calls it again must __syncthreads() in between (warp_sums is reused).
-template <int kThreads, typename Acc>
-__device__ __forceinline__ Acc BlockSum(Acc v) {
+// Block-wide reduction; the result is valid in thread 0 only. Ends with no barrier pending, but a
+// caller that calls it again must __syncthreads() in between (warp_totals is reused).
+template <typename Op, int kThreads, typename Acc>
+__device__ __forceinline__ Acc BlockReduce(Acc v) {
   static_assert(kThreads % kWarpSize == 0 && kThreads <= 1024, "whole warps, at most 1024");
-  v = WarpSum(v);
+  v = WarpReduce<Op>(v);
   if constexpr (kThreads == kWarpSize) {
     return v;
   } else {
     constexpr int kWarps = kThreads / kWarpSize;
-    __shared__ Acc warp_sums[kWarps];
+    __shared__ Acc warp_totals[kWarps];
     const int lane = threadIdx.x % kWarpSize;
     const int warp = threadIdx.x / kWarpSize;
-    if (lane == 0) warp_sums[warp] = v;
+    if (lane == 0) warp_totals[warp] = v;
     __syncthreads();
-    v = Acc(0);
+    v = Identity<Op, Acc>();
     if (warp == 0) {
-      v = lane < kWarps ? warp_sums[lane] : Acc(0);
-      v = WarpSum(v);
+      v = lane < kWarps ? warp_totals[lane] : Identity<Op, Acc>();
+      v = WarpReduce<Op>(v);
     }
     return v;
   }
 }
 
-// This thread's share of the sum of p[0, n), for a team of kTeam threads in which this one is
-// `rank` (0 <= rank < kTeam). Any alignment of p to its element size: a scalar head up to the
+// This thread's share of the reduction of p[0, n), for a team of kTeam threads in which this one
+// is `rank` (0 <= rank < kTeam). Any alignment of p to its element size: a scalar head up to the
 // first 16-byte boundary, then 16-byte vector loads, then a scalar tail (head and tail each
 // shorter than one vector: 3 floats or int32, 7 bf16, 1 int64).
-// Body loads go kUnroll at a time, all issued before any is added, so a thread has up to
-// kUnroll 16-byte loads in flight; the last partial round is predicated, not a scalar loop, so
-// short ranges still issue their loads together. Accumulation: kAccLanes running sums per thread
-// (4 for float and bf16, 2 for the exact integer sums), then the caller's tree, so each float
-// running sum sees about n / (4 * kTeam) terms.
-template <int kTeam, int kUnroll, typename In>
-__device__ __forceinline__ AccT<In> TeamPartialSum(const In* __restrict__ p, int64_t n, int rank) {
+// Body loads go kUnroll at a time, all issued before any is combined, so a thread has up to
+// kUnroll 16-byte loads in flight; the last partial round is predicated (padding lanes hold the
+// identity), not a scalar loop, so short ranges still issue their loads together. Accumulation:
+// kAccLanes running accumulators per thread, then the caller's tree, so each float running sum
+// sees about n / (4 * kTeam) terms.
+template <typename Op, int kTeam, int kUnroll, typename In>
+__device__ __forceinline__ AccT<Op, In> TeamPartial(const In* __restrict__ p, int64_t n,
+                                                    int rank) {
   static_assert(kTeam >= 1 && kUnroll >= 1, "team and unroll must be positive");
-  using Acc = AccT<In>;
+  using Acc = AccT<Op, In>;
   using Vec = VecT<In>;
   constexpr int kL = kLanes<In>;
   // Elements past the last 16-byte boundary at or before p.
@@ -279,38 +257,41 @@ __device__ __forceinline__ AccT<In> TeamPartialSum(const In* __restrict__ p, int
   const int64_t body_vecs = (n - head) / kL;
   const int64_t tail_begin = head + body_vecs * kL;
 
-  Acc scalar = Acc(0);
+  Acc scalar = Identity<Op, Acc>();
+  auto take = [&](const In* q) {
+    scalar = Combine<Op>(scalar, reduce::ToAcc<Op>(LoadStreaming(q)));
+  };
   if constexpr (kTeam >= kL - 1) {
-    if (rank < head) scalar += ToAcc(LoadStreaming(p + rank));
-    if (tail_begin + rank < n) scalar += ToAcc(LoadStreaming(p + tail_begin + rank));
+    if (rank < head) take(p + rank);
+    if (tail_begin + rank < n) take(p + tail_begin + rank);
   } else {
-    for (int64_t k = rank; k < head; k += kTeam) scalar += ToAcc(LoadStreaming(p + k));
-    for (int64_t k = tail_begin + rank; k < n; k += kTeam) scalar += ToAcc(LoadStreaming(p + k));
+    for (int64_t k = rank; k < head; k += kTeam) take(p + k);
+    for (int64_t k = tail_begin + rank; k < n; k += kTeam) take(p + k);
   }
 
   const Vec* body = reinterpret_cast<const Vec*>(p + head);
-  Acc acc[kAccLanes<In>];
+  Acc acc[kAccLanes<Op, In>];
 #pragma unroll
-  for (int j = 0; j < kAccLanes<In>; ++j) acc[j] = Acc(0);
+  for (int j = 0; j < kAccLanes<Op, In>; ++j) acc[j] = Identity<Op, Acc>();
   int64_t i = rank;
   for (; i + static_cast<int64_t>(kUnroll - 1) * kTeam < body_vecs; i += kUnroll * kTeam) {
     Vec v[kUnroll];
 #pragma unroll
     for (int j = 0; j < kUnroll; ++j) v[j] = LoadStreaming(body + i + j * kTeam);
 #pragma unroll
-    for (int j = 0; j < kUnroll; ++j) AddVec<In>(acc, v[j]);
+    for (int j = 0; j < kUnroll; ++j) AddVec<Op, In>(acc, v[j]);
   }
   {
     Vec v[kUnroll];
 #pragma unroll
     for (int j = 0; j < kUnroll; ++j) {
       const int64_t idx = i + j * kTeam;
-      v[j] = idx < body_vecs ? LoadStreaming(body + idx) : ZeroVec<In>();
+      v[j] = idx < body_vecs ? LoadStreaming(body + idx) : PadVec<Op, In>();
     }
 #pragma unroll
-    for (int j = 0; j < kUnroll; ++j) AddVec<In>(acc, v[j]);
+    for (int j = 0; j < kUnroll; ++j) AddVec<Op, In>(acc, v[j]);
   }
-  return TreeSum(acc) + scalar;
+  return Combine<Op>(Tree<Op>(acc), scalar);
 }
 
 // bf16 crosses the API as raw bits; the kernels read __nv_bfloat16. Other types pass as they are.
@@ -324,18 +305,26 @@ const T* DeviceIn(const T* p) {
 
 }  // namespace opserve::kernels::row_reduce
 
-// The public overloads of a row-reduce launcher (every (In, Out) pair of kernels/row_reduce.h),
-// each forwarding to the file's one generic `Impl`.
-#define OPSERVE_ROW_REDUCE_OVERLOAD(Name, Impl, In, Out)                                       \
-  cudaError_t Name(void* d_temp, size_t* temp_bytes, const In* d_in, Out* d_out, int64_t rows, \
-                   int64_t cols, bool mean, cudaStream_t stream) {                             \
-    return Impl(d_temp, temp_bytes, row_reduce::DeviceIn(d_in), d_out, rows, cols, mean,       \
-                stream);                                                                       \
+// Defines one public overload of kernels/reduce.h (the row launcher `Name` for `In` inputs, a
+// template over the operator) by forwarding to `Impl<Op>`, the algorithm's template over the
+// device element type. Use inside namespace opserve::kernels.
+#define OPSERVE_DEFINE_ROW_REDUCE(Name, Impl, In)                                           \
+  template <typename Op>                                                                    \
+  OPSERVE_ROW_REDUCE_SIGNATURE(Name, Op, In) {                                              \
+    return Impl<Op>(d_temp, temp_bytes, row_reduce::DeviceIn(d_in), d_out, rows, cols, stream); \
   }
-#define OPSERVE_ROW_REDUCE_OVERLOADS(Name, Impl)                \
-  OPSERVE_ROW_REDUCE_OVERLOAD(Name, Impl, float, float)         \
-  OPSERVE_ROW_REDUCE_OVERLOAD(Name, Impl, bf16_bits, float)     \
-  OPSERVE_ROW_REDUCE_OVERLOAD(Name, Impl, int32_t, int64_t)     \
-  OPSERVE_ROW_REDUCE_OVERLOAD(Name, Impl, int64_t, int64_t)     \
-  OPSERVE_ROW_REDUCE_OVERLOAD(Name, Impl, int32_t, float)       \
-  OPSERVE_ROW_REDUCE_OVERLOAD(Name, Impl, int64_t, float)
+#define OPSERVE_DEFINE_ROW_REDUCE_ALL(Name, Impl) \
+  OPSERVE_DEFINE_ROW_REDUCE(Name, Impl, float)    \
+  OPSERVE_DEFINE_ROW_REDUCE(Name, Impl, int32_t)  \
+  OPSERVE_DEFINE_ROW_REDUCE(Name, Impl, int64_t)  \
+  OPSERVE_DEFINE_ROW_REDUCE(Name, Impl, bf16_bits)
+
+// Explicit instantiations, for an op's .cu file (row_sum.cu, row_max.cu...): `Name` for
+// operator `Op` over `In`, or over every input type. Use inside namespace opserve::kernels.
+#define OPSERVE_INSTANTIATE_ROW_REDUCE(Name, Op, In) \
+  template OPSERVE_ROW_REDUCE_SIGNATURE(Name<Op>, Op, In);
+#define OPSERVE_INSTANTIATE_ROW_REDUCE_ALL(Name, Op) \
+  OPSERVE_INSTANTIATE_ROW_REDUCE(Name, Op, float)    \
+  OPSERVE_INSTANTIATE_ROW_REDUCE(Name, Op, int32_t)  \
+  OPSERVE_INSTANTIATE_ROW_REDUCE(Name, Op, int64_t)  \
+  OPSERVE_INSTANTIATE_ROW_REDUCE(Name, Op, bf16_bits)

@@ -2,6 +2,9 @@
 // BFLOAT16 8192x8192, against CUB's segmented sum over the same rows (then scaled) and the read
 // stream over the same bytes. row_sum INT32 -> INT64 (exact), informational (no target): the
 // table against CUB's segmented reduce with an int64 accumulator and the read stream.
+// row_max / row_min (the row kernels under another operator), informational: FLOAT32 at
+// 10x2048, 1048576x64 and 8192x8192 and BFLOAT16 at 8192x8192, against the read stream, each
+// output checked bit for bit against the table's cub_segmented row (block_per_row for bf16).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -70,6 +73,52 @@ void Bf16RowMeanTargets(Report& rep, const std::string& shape) {
   if (rows.empty() && FindAuto(rep, "row_mean", shape, "FLOAT32") != nullptr) {
     AddTarget(rep, absl::StrCat(what, "auto >= 1.00x CUB segmented (f32 acc)"),
               "not measured: no cuda row_mean of the op table takes BFLOAT16", false);
+  }
+}
+
+// row_max and row_min (see the top of the file), from RowSumCases.
+void RowExtremumCases(Bench& bench) {
+  const cudaStream_t stream = bench.stream();
+  struct S {
+    int64_t rows, cols;
+    DType dtype;
+  };
+  const std::vector<S> shapes = {{10, 2048, DType::kFloat32},
+                                 {1048576, 64, DType::kFloat32},
+                                 {8192, 8192, DType::kFloat32},
+                                 {8192, 8192, DType::kBFloat16}};
+  for (const char* op : {"row_max", "row_min"}) {
+    for (const S& s : shapes) {
+      const std::string label = absl::StrCat(s.rows, "x", s.cols);
+      if (!bench.WantShape(label)) continue;
+      std::optional<Case> served =
+          bench.CaseIfServed(op, {TensorMeta{s.dtype, {s.rows, s.cols}}}, label);
+      if (!served) continue;
+      const Case& c = *served;
+      Sets sets(c.inputs, c.output, stream);
+      // The anchor of the bits: cub_segmented where it runs the dtype, else block_per_row.
+      const AlgoSpec* cub = nullptr;
+      for (const char* name : {"cub_segmented", "block_per_row"}) {
+        const AlgoSpec* a = FindAlgorithm(op, name, bench.backend());
+        if (a != nullptr && std::find(a->dtypes.begin(), a->dtypes.end(), s.dtype) != a->dtypes.end()) {
+          cub = a;
+          break;
+        }
+      }
+      if (cub == nullptr) Die(absl::StrCat(op, ": no cub_segmented or block_per_row row runs it"));
+      const uint64_t bytes = c.output.Bytes();
+      std::vector<char> want(bytes), got(bytes);
+      if (!bench.RunTable(*cub, c, sets, 0)) Die(absl::StrCat(op, ": ", cub->name, " failed"));
+      bench.FinishEnv();
+      Check(cudaMemcpy(want.data(), sets.out(0), bytes, cudaMemcpyDeviceToHost), "reference");
+      auto check = [&](Row& r) {
+        Check(cudaMemcpy(got.data(), sets.out(0), bytes, cudaMemcpyDeviceToHost), "output");
+        r.error_ok = got == want;  // exact: every row gives the same bits
+        r.error = r.error_ok ? 0.0 : 1.0;
+      };
+      bench.RunTableAlgorithms(c, sets, {bench.ReadStreamAnchor(c, sets)}, nullptr, check,
+                               VsStream(bench.report()));
+    }
   }
 }
 
@@ -171,6 +220,7 @@ void RowSumCases(Bench& bench) {
     };
     bench.RunTableAlgorithms(c, sets, anchors, nullptr, check, VsStream(bench.report()));
   }
+  RowExtremumCases(bench);
 }
 
 void RowReduceTargets(Report& rep) {

@@ -1,10 +1,15 @@
-// opserve-bench's sum cases: 2^30, 2^24 and 2^20 elements of INT32 and FLOAT32 (--quick: 2^30
-// only), plus INT64 and BFLOAT16 at 2^28 where the table serves them; every table row and `auto`
-// against cub::DeviceReduce::Sum on the same inputs, in the op's accumulator.
+// opserve-bench's whole-tensor reductions. sum: 2^30, 2^24 and 2^20 elements of INT32 and
+// FLOAT32 (--quick: 2^30 only), plus INT64 and BFLOAT16 at 2^28 where the table serves them;
+// every table row and `auto` against cub::DeviceReduce::Sum on the same inputs, in the op's
+// accumulator. max and min (the same kernels under another operator): FLOAT32 and INT32 at the
+// same sizes (--quick: 2^30 FLOAT32), BFLOAT16 at 2^28, every row and `auto` against the read
+// stream over the same bytes, each output checked bit for bit against the table's cub row. The
+// target: max's `auto` at 2^30 FLOAT32 streams at >= 0.95x sum's `auto`, both from this run.
 #include <cuda_runtime_api.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <utility>
@@ -53,6 +58,44 @@ void ReadScalar(DType d, const void* dev, double* v) {
     float x = 0;
     Check(cudaMemcpy(&x, dev, sizeof(x), cudaMemcpyDeviceToHost), "read scalar");
     *v = x;
+  }
+}
+
+// max / min (`op`) over the sizes of SumCases, checked against the table's cub row.
+void ExtremumCases(Bench& bench, absl::string_view op,
+                   const std::vector<std::pair<int64_t, std::string>>& sizes) {
+  const cudaStream_t stream = bench.stream();
+  struct S {
+    int64_t n;
+    std::string label;
+    DType dtype;
+  };
+  std::vector<S> cases;
+  for (const auto& [n, label] : sizes) {
+    for (DType d : {DType::kFloat32, DType::kInt32}) {
+      if (!bench.opt().quick || d == DType::kFloat32) cases.push_back({n, label, d});
+    }
+  }
+  if (!bench.opt().quick) cases.push_back({int64_t{1} << 28, "2^28", DType::kBFloat16});
+  for (const S& sc : cases) {
+    if (!bench.WantShape(sc.label)) continue;
+    std::optional<Case> served = bench.CaseIfServed(op, {TensorMeta{sc.dtype, {sc.n}}}, sc.label);
+    if (!served) continue;
+    const Case& c = *served;
+    Sets sets(c.inputs, c.output, stream);
+    const AlgoSpec* cub = FindAlgorithm(op, "cub", bench.backend());
+    if (cub == nullptr) Die(absl::StrCat(op, ": the table has no cub row to check against"));
+    const size_t bytes = ElementSize(c.output.dtype);
+    char want[8] = {}, got[8] = {};
+    if (!bench.RunTable(*cub, c, sets, 0)) Die(absl::StrCat(op, ": the cub row failed"));
+    bench.FinishEnv();
+    Check(cudaMemcpy(want, sets.out(0), bytes, cudaMemcpyDeviceToHost), "read reference");
+    auto check = [&](Row& r) {
+      Check(cudaMemcpy(got, sets.out(0), bytes, cudaMemcpyDeviceToHost), "read scalar");
+      r.error_ok = std::memcmp(got, want, bytes) == 0;  // exact: every row gives the same bits
+      r.error = r.error_ok ? 0.0 : 1.0;
+    };
+    bench.RunTableAlgorithms(c, sets, {bench.ReadStreamAnchor(c, sets)}, nullptr, check, {});
   }
 }
 
@@ -122,6 +165,7 @@ void SumCases(Bench& bench) {
     };
     bench.RunTableAlgorithms(c, sets, anchors, nullptr, check, {});
   }
+  for (const char* op : {"max", "min"}) ExtremumCases(bench, op, sizes);
 }
 
 void SumTargets(Report& rep) {
@@ -137,6 +181,23 @@ void SumTargets(Report& rep) {
       AddTarget(rep, absl::StrCat("sum 2^30 ", d, ": best >= 1.00x CUB"),
                 absl::StrFormat("%s %.3fx (%.0f GB/s)", best->algorithm, best->ratio, best->gbps),
                 best->ratio >= 1.0);
+    }
+  }
+  // max runs the sum's kernels under another operator: it should stream as fast.
+  const Row* sum = FindAuto(rep, "sum", "2^30", "FLOAT32");
+  const Row* max = FindAuto(rep, "max", "2^30", "FLOAT32");
+  if (sum != nullptr || max != nullptr) {
+    const std::string what = "max 2^30 FLOAT32: auto >= 0.95x sum's auto GB/s (same run)";
+    if (sum == nullptr || max == nullptr || sum->gbps <= 0) {
+      AddTarget(rep, what, absl::StrCat("not measured: ", sum == nullptr ? "sum" : "max",
+                                        " 2^30 FLOAT32 did not run"),
+                false);
+    } else {
+      const double ratio = max->gbps / sum->gbps;
+      AddTarget(rep, what,
+                absl::StrFormat("%.3fx: %s %.0f GB/s vs sum %s %.0f GB/s", ratio, max->algorithm,
+                                max->gbps, sum->algorithm, sum->gbps),
+                ratio >= 0.95 && max->error_ok);
     }
   }
 }

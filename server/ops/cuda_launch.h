@@ -1,7 +1,8 @@
 // Adapters from the op table's KernelArgs to the kernel layer's plain launchers: dtype dispatch,
 // CUB-style temp storage from the request's scratch, and cudaError_t -> absl::Status. A row's
 // run function passes its launcher (or, for a launcher overloaded by dtype, a lambda naming it)
-// to one of the Run* below. Host C++ only (built by g++); the launchers live in kernels/.
+// to one of the Run* below (OPSERVE_LAUNCHER writes that lambda). Host C++ only (built by g++);
+// the launchers live in kernels/.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -14,6 +15,12 @@
 #include "common/status_macros.h"
 
 namespace opserve::cuda {
+
+// A launcher overload set as one callable whose return type is decltype(launcher(args...)), so
+// that an argument list no overload takes is seen by std::is_invocable instead of failing the
+// build: OPSERVE_LAUNCHER(kernels::ReduceVectorized<kernels::Max>).
+#define OPSERVE_LAUNCHER(...) \
+  [](auto... x) -> decltype(__VA_ARGS__(x...)) { return __VA_ARGS__(x...); }
 
 inline absl::Status FromCuda(cudaError_t err, absl::string_view what) {
   if (err == cudaSuccess) return absl::OkStatus();
@@ -45,9 +52,13 @@ inline absl::Status NoLauncher(const KernelArgs& a) {
                                                a.output_meta.DebugString()));
 }
 
-// sum over In elements into one Out: FLOAT32 / BFLOAT16 -> FLOAT32, INT32 / INT64 -> INT64.
+// The reduction family (kernels/reduce.h). In is the input's element type, Out the output's, each
+// read off its dtype; the launcher's overload set says which pairs exist (the operator fixes the
+// output type: INT64 for an integer sum, FLOAT32 for a mean, the input's for max and min).
+
+// A whole-tensor reduction of In elements into one Out.
 template <typename In, typename Out, typename F>
-absl::Status RunSumAs(const KernelArgs& a, F f) {
+absl::Status RunReduceAs(const KernelArgs& a, F f) {
   if constexpr (!std::is_invocable_v<F, void*, size_t*, const In*, Out*, int64_t, cudaStream_t>) {
     return NoLauncher(a);
   } else {
@@ -59,46 +70,73 @@ absl::Status RunSumAs(const KernelArgs& a, F f) {
   }
 }
 
-template <typename F>
-absl::Status RunSum(const KernelArgs& a, F f) {
-  switch (a.input_meta[0].dtype) {
-    case DType::kInt32: return RunSumAs<int32_t, int64_t>(a, f);
-    case DType::kInt64: return RunSumAs<int64_t, int64_t>(a, f);
-    case DType::kBFloat16: return RunSumAs<kernels::bf16_bits, float>(a, f);
-    default: return RunSumAs<float, float>(a, f);
-  }
-}
-
-// row_sum / row_mean of In rows into Out: Out is the op's output dtype (INT64 for integer row
-// sums, FLOAT32 otherwise: server/ops/row_reduce.cc).
+// A row reduction of [rows, cols] In into [rows] Out.
 template <typename In, typename Out, typename F>
-absl::Status RunRowReduceAs(const KernelArgs& a, bool mean, F f) {
-  if constexpr (!std::is_invocable_v<F, void*, size_t*, const In*, Out*, int64_t, int64_t, bool,
+absl::Status RunRowReduceAs(const KernelArgs& a, F f) {
+  if constexpr (!std::is_invocable_v<F, void*, size_t*, const In*, Out*, int64_t, int64_t,
                                      cudaStream_t>) {
     return NoLauncher(a);
   } else {
     const int64_t rows = a.input_meta[0].shape[0], cols = a.input_meta[0].shape[1];
     return RunWithTemp(a, [&](void* d_temp, size_t* bytes) {
       return f(d_temp, bytes, static_cast<const In*>(a.inputs[0]), static_cast<Out*>(a.output),
-               rows, cols, mean, Stream(a));
+               rows, cols, Stream(a));
     });
   }
 }
 
-template <typename In, typename F>
-absl::Status RunRowReduceFrom(const KernelArgs& a, bool mean, F f) {
-  if (a.output_meta.dtype == DType::kInt64) return RunRowReduceAs<In, int64_t>(a, mean, f);
-  return RunRowReduceAs<In, float>(a, mean, f);
+// Calls run.template operator()<In, Out>() with the element types of the node's input and output
+// dtypes (bf16 as its raw bits).
+template <typename In, typename Run>
+absl::Status WithOutputType(DType out, Run run) {
+  switch (out) {
+    case DType::kInt32: return run.template operator()<In, int32_t>();
+    case DType::kInt64: return run.template operator()<In, int64_t>();
+    case DType::kBFloat16: return run.template operator()<In, kernels::bf16_bits>();
+    default: return run.template operator()<In, float>();
+  }
+}
+template <typename Run>
+absl::Status WithElementTypes(DType in, DType out, Run run) {
+  switch (in) {
+    case DType::kInt32: return WithOutputType<int32_t>(out, run);
+    case DType::kInt64: return WithOutputType<int64_t>(out, run);
+    case DType::kBFloat16: return WithOutputType<kernels::bf16_bits>(out, run);
+    default: return WithOutputType<float>(out, run);
+  }
 }
 
 template <typename F>
+absl::Status RunReduce(const KernelArgs& a, F f) {
+  return WithElementTypes(a.input_meta[0].dtype, a.output_meta.dtype,
+                          [&]<typename In, typename Out>() { return RunReduceAs<In, Out>(a, f); });
+}
+
+template <typename F>
+absl::Status RunRowReduce(const KernelArgs& a, F f) {
+  const DType in = a.input_meta[0].dtype, out = a.output_meta.dtype;
+  return WithElementTypes(in, out, [&]<typename In, typename Out>() {
+    return RunRowReduceAs<In, Out>(a, f);
+  });
+}
+
+// The column reduction fused for row_sum / row_mean(transpose(X)) (kernels/col_reduce.h), whose
+// launcher takes the mean as a flag rather than as an operator.
+template <typename F>
 absl::Status RunRowReduce(const KernelArgs& a, bool mean, F f) {
-  switch (a.input_meta[0].dtype) {
-    case DType::kInt32: return RunRowReduceFrom<int32_t>(a, mean, f);
-    case DType::kInt64: return RunRowReduceFrom<int64_t>(a, mean, f);
-    case DType::kBFloat16: return RunRowReduceFrom<kernels::bf16_bits>(a, mean, f);
-    default: return RunRowReduceFrom<float>(a, mean, f);
-  }
+  const DType in = a.input_meta[0].dtype, out = a.output_meta.dtype;
+  return WithElementTypes(in, out, [&]<typename In, typename Out>() {
+    if constexpr (!std::is_invocable_v<F, void*, size_t*, const In*, Out*, int64_t, int64_t, bool,
+                                       cudaStream_t>) {
+      return NoLauncher(a);
+    } else {
+      const int64_t rows = a.input_meta[0].shape[0], cols = a.input_meta[0].shape[1];
+      return RunWithTemp(a, [&](void* d_temp, size_t* bytes) {
+        return f(d_temp, bytes, static_cast<const In*>(a.inputs[0]), static_cast<Out*>(a.output),
+                 rows, cols, mean, Stream(a));
+      });
+    }
+  });
 }
 
 template <typename F>

@@ -89,6 +89,7 @@ enum class EmptyFill {
 // How the test suites measure the error of a FLOAT32 output against the CPU reference's
 // (tests/support/result_check.h); an output of any other dtype must equal it bit for bit.
 enum class ErrorScale {
+  kExact,          // max, min: every output bit for bit, NaN included (the tolerance is 0)
   kReduction,      // each output reduces a contiguous run of inputs: |y - r| / sum |x| of the run
   kMean,           // as kReduction, over the mean of |x|
   kComponentwise,  // matmul: |Y - R| / (|A| |B|) per element, normwise on large outputs

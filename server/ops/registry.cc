@@ -19,6 +19,10 @@ OpEntry RowSumOp();
 OpEntry RowMeanOp();
 OpEntry TransposeOp();
 OpEntry MatmulOp();
+OpEntry MaxOp();
+OpEntry MinOp();
+OpEntry RowMaxOp();
+OpEntry RowMinOp();
 // The fusion rules: server/ops/fusion.cc.
 std::vector<FusionRule> FusionEntries();
 }  // namespace ops
@@ -26,7 +30,12 @@ std::vector<FusionRule> FusionEntries();
 namespace {
 
 constexpr OpEntry (*kOpFiles[])() = {ops::SumOp, ops::RowSumOp, ops::RowMeanOp,
-                                     ops::TransposeOp, ops::MatmulOp};
+                                     ops::TransposeOp, ops::MatmulOp,
+                                     ops::MaxOp,
+                                     ops::MinOp,
+                                     ops::RowMaxOp,
+                                     ops::RowMinOp,
+};
 
 // Op files outside server/ops/ (a test's toy op), which register themselves (RegisterOpFile)
 // instead of a line in kOpFiles, in the order they registered. Registration runs

@@ -6,11 +6,14 @@
 // Inputs are fresh random values every run (never zeros; the seed is printed). Outputs are
 // poisoned (0xFF bytes: NaN for floats) and fenced by guard bytes, so an unwritten element or an
 // out-of-bounds write fails. The error is measured by tests/support/result_check.h, against the
-// op's tolerance for the algorithm and dtype; NaN never passes.
+// op's tolerance for the algorithm and dtype; NaN never passes. The exact reductions (max, min,
+// row_max, row_min) are also run with NaNs in their inputs (GpuNaNTest).
 // Without a usable GPU every test is reported as skipped.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <ostream>
@@ -18,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "server/engine/cpu_backend.h"
 #include "server/engine/cuda_backend.h"
 #include "server/ops/op.h"
@@ -39,6 +44,7 @@ struct Case {
   DType dtype;
   Shapes shapes;
   std::string name;
+  bool large = false;  // one of the op's large shapes
 };
 
 // ctest lists parameters by name, not as bytes.
@@ -52,14 +58,15 @@ std::vector<Case> AllCases() {
     std::vector<Shapes> all = model.edge_shapes;
     all.insert(all.end(), model.large_shapes.begin(), model.large_shapes.end());
     for (DType d : a.dtypes) {
-      for (const Shapes& s : all) {
+      for (size_t k = 0; k < all.size(); ++k) {
+        const Shapes& s = all[k];
         std::string name = std::string(a.op) + "_" + std::string(a.name) + "_" +
                            std::string(DTypeName(d));
         for (const auto& in : s) {
           name += "_";
           for (size_t i = 0; i < in.size(); ++i) name += (i ? "x" : "") + std::to_string(in[i]);
         }
-        cases.push_back({&a, d, s, name});
+        cases.push_back({&a, d, s, name, k >= model.edge_shapes.size()});
       }
     }
   }
@@ -113,10 +120,12 @@ std::string RandomBytes(const TensorMeta& meta, uint64_t salt) {
   return bytes;
 }
 
-class GpuKernelTest : public testing::TestWithParam<Case> {
+// The suites' shared state: GPU 0's backend at the suite's cap and an execution context on it,
+// and the CPU backend the references run on; all null without a usable GPU.
+class GpuSuite : public testing::Test {
  protected:
   static void SetUpTestSuite() {
-    if (!ProbeCuda(0).ok()) return;
+    if (backend_ != nullptr || !ProbeCuda(0).ok()) return;
     // At the suite's cap, if any: the rows above it are skipped as on a GPU of that capability.
     auto b = MakeCudaBackend(0, 0, gpu_suite::SuiteCap());
     if (!b.ok()) return;
@@ -131,10 +140,107 @@ class GpuKernelTest : public testing::TestWithParam<Case> {
   static Backend* cpu_;
   static ExecEnv* cpu_env_;
 };
-Backend* GpuKernelTest::backend_ = nullptr;
-ExecEnv* GpuKernelTest::env_ = nullptr;
-Backend* GpuKernelTest::cpu_ = nullptr;
-ExecEnv* GpuKernelTest::cpu_env_ = nullptr;
+Backend* GpuSuite::backend_ = nullptr;
+ExecEnv* GpuSuite::env_ = nullptr;
+Backend* GpuSuite::cpu_ = nullptr;
+ExecEnv* GpuSuite::cpu_env_ = nullptr;
+
+class GpuKernelTest : public GpuSuite, public testing::WithParamInterface<Case> {};
+
+// Writes the dtype's highest (or lowest) value over element `index` of `bytes`: +-infinity for
+// the floats, the integer limits for the integers.
+void PlantExtreme(DType dtype, bool highest, int64_t index, std::string* bytes) {
+  switch (dtype) {
+    case DType::kFloat32: {
+      const float v = highest ? INFINITY : -INFINITY;
+      std::memcpy(bytes->data() + index * 4, &v, 4);
+      break;
+    }
+    case DType::kBFloat16: {
+      const uint16_t v = highest ? 0x7F80u : 0xFF80u;
+      std::memcpy(bytes->data() + index * 2, &v, 2);
+      break;
+    }
+    case DType::kInt32: {
+      const int32_t v = highest ? INT32_MAX : INT32_MIN;
+      std::memcpy(bytes->data() + index * 4, &v, 4);
+      break;
+    }
+    case DType::kInt64: {
+      const int64_t v = highest ? INT64_MAX : INT64_MIN;
+      std::memcpy(bytes->data() + index * 8, &v, 8);
+      break;
+    }
+    default:
+      ADD_FAILURE() << "PlantExtreme: unexpected dtype";
+  }
+}
+
+// Runs `algo` on the GPU over `host` inputs (one byte string per input of `metas`) into a
+// poisoned, guarded output, and the CPU reference row of the same op over the same bytes.
+// The GPU's output bytes go to *got and the reference's to *ref; *refused says the row does not
+// take this shape (validation sends such nodes to its fallback) and then refused it, as it must.
+void RunBoth(Backend& backend, ExecEnv& env, ExecEnv& cpu_env, const AlgoSpec& algo,
+             const std::vector<TensorMeta>& metas, const std::vector<std::string>& host,
+             std::string* got, std::string* ref, bool* refused) {
+  const OpSpec* op = FindOp(algo.op);
+  ASSERT_NE(op, nullptr);
+  std::vector<BufferPtr> dev;
+  std::vector<const void*> dev_ptrs, host_ptrs;
+  for (size_t i = 0; i < metas.size(); ++i) {
+    auto b = env.Allocate(metas[i].Bytes());
+    ASSERT_TRUE(b.ok()) << b.status();
+    ASSERT_TRUE(env.CopyIn(**b, host[i].data(), host[i].size()).ok());
+    dev.push_back(*b);
+    dev_ptrs.push_back((*b)->data());
+    host_ptrs.push_back(host[i].data());
+  }
+  auto out_meta = op->infer(metas);
+  ASSERT_TRUE(out_meta.ok()) << out_meta.status();
+  const uint64_t out_bytes = out_meta->Bytes();
+  // A row that does not take this shape must refuse it, not run another kernel in its place:
+  // validation sends such nodes to the row's fallback, which the response then reports.
+  *refused = algo.supports != nullptr && !algo.supports(metas);
+
+  // Poisoned output between guard bands.
+  auto out = env.Allocate(out_bytes + 2 * kGuardBytes);
+  ASSERT_TRUE(out.ok()) << out.status();
+  auto stream = static_cast<cudaStream_t>(env.stream());
+  char* d_out = static_cast<char*>((*out)->data());
+  ASSERT_EQ(cudaMemsetAsync(d_out, kGuard, kGuardBytes, stream), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(d_out + kGuardBytes, kPoison, out_bytes, stream), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(d_out + kGuardBytes + out_bytes, kGuard, kGuardBytes, stream),
+            cudaSuccess);
+
+  AttrMap attrs;
+  KernelArgs args{dev_ptrs, metas, d_out + kGuardBytes, *out_meta, attrs, env};
+  env.MarkStart(0);
+  absl::Status run = algo.run(args);
+  env.MarkEnd(0);
+  auto done = env.Finish(1);
+  if (*refused) {
+    EXPECT_FALSE(run.ok()) << algo.name << " ran a shape it says it does not take";
+    ASSERT_TRUE(done.ok()) << done.status();
+    return;
+  }
+  ASSERT_TRUE(run.ok()) << run;
+  ASSERT_TRUE(done.ok()) << done.status();
+  std::string all(out_bytes + 2 * kGuardBytes, '\0');
+  ASSERT_TRUE(backend.CopyOut(**out, 0, all.data(), all.size()).ok());
+  for (uint64_t i = 0; i < kGuardBytes; ++i) {
+    ASSERT_EQ(static_cast<uint8_t>(all[i]), kGuard)
+        << "write before the output at byte -" << (kGuardBytes - i);
+    ASSERT_EQ(static_cast<uint8_t>(all[kGuardBytes + out_bytes + i]), kGuard)
+        << "write past the output at byte +" << i;
+  }
+  *got = all.substr(kGuardBytes, out_bytes);
+
+  // The CPU reference row of the same op.
+  ref->assign(out_bytes, '\0');
+  KernelArgs ref_args{host_ptrs, metas, ref->data(), *out_meta, attrs, cpu_env};
+  ASSERT_TRUE(CpuReference(algo.op)->run(ref_args).ok());
+  (void)cpu_env.Finish(0);
+}
 
 TEST_P(GpuKernelTest, MatchesCpuReference) {
   const Case& c = GetParam();
@@ -146,82 +252,139 @@ TEST_P(GpuKernelTest, MatchesCpuReference) {
   }
   const OpSpec* op = FindOp(c.algo->op);
   ASSERT_NE(op, nullptr);
-
-  // Inputs on both sides.
   std::vector<TensorMeta> metas;
   std::vector<std::string> host;
-  std::vector<BufferPtr> dev;
-  std::vector<const void*> dev_ptrs, host_ptrs;
+  std::vector<const void*> host_ptrs;
   for (size_t i = 0; i < c.shapes.size(); ++i) {
     metas.push_back({c.dtype, c.shapes[i]});
     host.push_back(RandomBytes(metas.back(), i + 1));
   }
-  for (size_t i = 0; i < metas.size(); ++i) {
-    auto b = env_->Allocate(metas[i].Bytes());
-    ASSERT_TRUE(b.ok()) << b.status();
-    ASSERT_TRUE(env_->CopyIn(**b, host[i].data(), host[i].size()).ok());
-    dev.push_back(*b);
-    dev_ptrs.push_back((*b)->data());
-    host_ptrs.push_back(host[i].data());
-  }
-  auto out_meta = op->infer(metas);
-  ASSERT_TRUE(out_meta.ok()) << out_meta.status();
-  const uint64_t out_bytes = out_meta->Bytes();
-  // A row that does not take this shape must refuse it, not run another kernel in its place:
-  // validation sends such nodes to the row's fallback, which the response then reports.
-  const bool refuses = c.algo->supports != nullptr && !c.algo->supports(metas);
+  for (const std::string& h : host) host_ptrs.push_back(h.data());
+  std::string got, ref;
+  bool refused = false;
+  RunBoth(*backend_, *env_, *cpu_env_, *c.algo, metas, host, &got, &ref, &refused);
+  if (HasFatalFailure() || refused) return;
 
-  // Poisoned output between guard bands.
-  auto out = env_->Allocate(out_bytes + 2 * kGuardBytes);
-  ASSERT_TRUE(out.ok()) << out.status();
-  auto stream = static_cast<cudaStream_t>(env_->stream());
-  char* d_out = static_cast<char*>((*out)->data());
-  ASSERT_EQ(cudaMemsetAsync(d_out, kGuard, kGuardBytes, stream), cudaSuccess);
-  ASSERT_EQ(cudaMemsetAsync(d_out + kGuardBytes, kPoison, out_bytes, stream), cudaSuccess);
-  ASSERT_EQ(cudaMemsetAsync(d_out + kGuardBytes + out_bytes, kGuard, kGuardBytes, stream), cudaSuccess);
-
-  AttrMap attrs;
-  KernelArgs args{dev_ptrs, metas, d_out + kGuardBytes, *out_meta, attrs, *env_};
-  env_->MarkStart(0);
-  absl::Status run = c.algo->run(args);
-  env_->MarkEnd(0);
-  auto done = env_->Finish(1);
-  if (refuses) {
-    EXPECT_FALSE(run.ok()) << c.algo->name << " ran a shape it says it does not take";
-    ASSERT_TRUE(done.ok()) << done.status();
-    return;
-  }
-  ASSERT_TRUE(run.ok()) << run;
-  ASSERT_TRUE(done.ok()) << done.status();
-  std::string got(out_bytes + 2 * kGuardBytes, '\0');
-  ASSERT_TRUE(backend_->CopyOut(**out, 0, got.data(), got.size()).ok());
-  for (uint64_t i = 0; i < kGuardBytes; ++i) {
-    ASSERT_EQ(static_cast<uint8_t>(got[i]), kGuard) << "write before the output at byte -" << (kGuardBytes - i);
-    ASSERT_EQ(static_cast<uint8_t>(got[kGuardBytes + out_bytes + i]), kGuard) << "write past the output at byte +" << i;
-  }
-  const char* result = got.data() + kGuardBytes;
-
-  // The CPU reference row of the same op.
-  std::string ref(out_bytes, '\0');
-  KernelArgs ref_args{host_ptrs, metas, ref.data(), *out_meta, attrs, *cpu_env_};
-  ASSERT_TRUE(CpuReference(c.algo->op)->run(ref_args).ok());
-  (void)cpu_env_->Finish(0);
-
+  const TensorMeta out_meta = *op->infer(metas);
   absl::StatusOr<double> err = RelativeError({.op = *op,
                                               .input_meta = metas,
                                               .inputs = host_ptrs,
-                                              .output_meta = *out_meta,
-                                              .got = result,
+                                              .output_meta = out_meta,
+                                              .got = got.data(),
                                               .reference = ref.data()});
   ASSERT_TRUE(err.ok()) << err.status().message();
   const double tol = op->test.tolerance(c.algo->name, c.dtype);
   EXPECT_TRUE(*err <= tol) << "relative error " << *err << " over " << tol;
   RecordProperty("relative_error", std::to_string(*err));
+
+  // The exact reductions (max, min...) on random inputs can miss a dropped element: another one
+  // is as large. So on the edge shapes the type's highest and lowest value are planted in turn at
+  // the first, a middle and the last element (for rows: of the first, a middle and the last row),
+  // and the output must still be the reference's, bit for bit.
+  if (op->test.error_scale != ErrorScale::kExact || c.large || op->arity != 1) return;
+  const int64_t n = metas[0].NumElements();
+  for (const bool highest : {true, false}) {
+    for (const int64_t index : {int64_t{0}, n / 2, n - 1}) {
+      SCOPED_TRACE(absl::StrCat(highest ? "highest" : "lowest", " value at element ", index));
+      std::vector<std::string> planted = host;
+      PlantExtreme(c.dtype, highest, index, &planted[0]);
+      std::string pgot, pref;
+      RunBoth(*backend_, *env_, *cpu_env_, *c.algo, metas, planted, &pgot, &pref, &refused);
+      if (HasFatalFailure()) return;
+      EXPECT_EQ(pgot, pref) << "differs from the CPU reference";
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Table, GpuKernelTest, testing::ValuesIn(AllCases()),
                          [](const testing::TestParamInfo<Case>& info) { return info.param.name; });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(GpuKernelTest);
+
+// NaN propagation of the exact reductions (the ops whose error scale is kExact: max, min,
+// row_max, row_min), on the GPU: every cuda row, FLOAT32 and BFLOAT16, each edge shape, with one
+// NaN at the first, a middle and the last element of the input in turn (for the row ops: the
+// first element of the first row, the middle of a middle row, the last element of the last row),
+// each NaN a different bit pattern. The output must equal the CPU reference's bit for bit: the
+// canonical NaN where a NaN was reduced, and the exact extremum elsewhere.
+struct NaNCase {
+  const AlgoSpec* algo;
+  DType dtype;
+  std::vector<int64_t> shape;
+  std::string name;
+};
+void PrintTo(const NaNCase& c, std::ostream* os) { *os << c.name; }
+
+std::vector<NaNCase> NaNCases() {
+  std::vector<NaNCase> cases;
+  for (const AlgoSpec& a : Algorithms()) {
+    if (a.backend != "cuda") continue;
+    const OpSpec* op = FindOp(a.op);
+    if (op->test.error_scale != ErrorScale::kExact || op->arity != 1) continue;
+    for (DType d : a.dtypes) {
+      if (d != DType::kFloat32 && d != DType::kBFloat16) continue;
+      for (const Shapes& s : op->test.edge_shapes) {
+        cases.push_back({&a, d, s[0],
+                         absl::StrCat(a.op, "_", a.name, "_", DTypeName(d), "_",
+                                      absl::StrJoin(s[0], "x"))});
+      }
+    }
+  }
+  return cases;
+}
+
+class GpuNaNTest : public GpuSuite, public testing::WithParamInterface<NaNCase> {};
+
+TEST_P(GpuNaNTest, PropagatesAsTheReference) {
+  const NaNCase& c = GetParam();
+  if (backend_ == nullptr) GTEST_SKIP() << "no usable GPU: " << ProbeCuda(0).message();
+  if (FindAlgorithm(c.algo->op, c.algo->name, *backend_) == nullptr) {
+    GTEST_SKIP() << c.algo->name << " does not run at compute capability "
+                 << ComputeCapabilityName(backend_->compute_capability());
+  }
+  const std::vector<TensorMeta> metas = {{c.dtype, c.shape}};
+  const TensorMeta out_meta = *FindOp(c.algo->op)->infer(metas);
+  const int64_t n = metas[0].NumElements(), outputs = out_meta.NumElements();
+  const size_t es = ElementSize(c.dtype);
+  const uint32_t canonical = c.dtype == DType::kFloat32 ? 0x7FFFFFFFu : 0x7FFFu;
+  // Quiet, negative and payload-carrying NaNs: none of them is the canonical NaN the output
+  // must hold, nor the poison.
+  constexpr uint32_t kF32NaNs[] = {0x7FC00000u, 0xFFC00001u, 0x7F800001u};
+  constexpr uint16_t kBf16NaNs[] = {0x7FC0u, 0xFFC1u, 0x7F81u};
+  const char* const kWhere[] = {"first", "middle", "last"};
+  for (int at = 0; at < 3; ++at) {
+    SCOPED_TRACE(absl::StrCat("NaN at the ", kWhere[at], " element"));
+    std::vector<std::string> host = {RandomBytes(metas[0], 1 + at)};
+    const int64_t index = at == 0 ? 0 : at == 1 ? n / 2 : n - 1;
+    if (c.dtype == DType::kFloat32) {
+      std::memcpy(host[0].data() + index * 4, &kF32NaNs[at], 4);
+    } else {
+      std::memcpy(host[0].data() + index * 2, &kBf16NaNs[at], 2);
+    }
+    std::string got, ref;
+    bool refused = false;
+    RunBoth(*backend_, *env_, *cpu_env_, *c.algo, metas, host, &got, &ref, &refused);
+    if (HasFatalFailure() || refused) return;
+
+    // The reference itself must have propagated it, or the comparison proves nothing.
+    const int64_t nan_output = outputs == 1 ? 0 : index / (n / outputs);
+    uint32_t ref_bits = 0, got_bits = 0;
+    std::memcpy(&ref_bits, ref.data() + nan_output * es, es);
+    std::memcpy(&got_bits, got.data() + nan_output * es, es);
+    ASSERT_EQ(ref_bits, canonical) << "the CPU reference did not give the canonical NaN";
+    EXPECT_EQ(got_bits, canonical) << "output " << nan_output << ": bits 0x" << std::hex
+                                   << got_bits;
+    for (int64_t i = 0; i < outputs; ++i) {
+      EXPECT_EQ(std::memcmp(got.data() + i * es, ref.data() + i * es, es), 0)
+          << "output " << i << " differs from the CPU reference";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Table, GpuNaNTest, testing::ValuesIn(NaNCases()),
+                         [](const testing::TestParamInfo<NaNCase>& info) {
+                           return info.param.name;
+                         });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(GpuNaNTest);
 
 // FLOAT32 sum: every algorithm the table calls deterministic, and what auto resolves to, must give
 // the same bits for the same input, run after run (a float sum's bits depend on its order).

@@ -23,8 +23,9 @@ struct OpResult {
 };
 
 // The relative error of a FLOAT32 output by the op's error scale; 0 for an output of any other
-// dtype that equals the reference bit for bit. An error status, naming the element, where a
-// FLOAT32 output holds NaN (never written?) or another output differs from the reference.
+// dtype, or of an op whose error scale is kExact (max, min), that equals the reference bit for
+// bit. An error status, naming the element, where a measured FLOAT32 output holds NaN (never
+// written?) or an exact output differs from the reference.
 absl::StatusOr<double> RelativeError(const OpResult& result);
 
 // OK when RelativeError is within the op's tolerance for `algorithm` on the inputs' dtype;

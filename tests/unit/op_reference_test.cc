@@ -5,7 +5,8 @@
 //    sizes (1, not a multiple of 32, large) and in every dtype the row accepts.
 // The cases are generated from the table: a new cpu row is tested without editing this file, and
 // a new op or dtype fails EveryCpuRowHasAModel / EveryCpuRowDtypeHasAHandCase until this file
-// learns what it means.
+// learns what it means. The reductions without an identity (max, min, row_max, row_min) are also
+// run with NaNs placed at the first, a middle and the last element, and on empty inputs.
 //
 // Outputs are poisoned with 0xFF bytes (NaN for FLOAT32 and BFLOAT16, -1 for the integers) so
 // an element the kernel never wrote fails, and fenced by guard bytes so a write past either end
@@ -353,12 +354,95 @@ AssertionResult CheckMatmul(const std::vector<Tensor>& in, const Tensor& out, In
   return AssertionSuccess();
 }
 
+// max / min (and per row): the extremum in the input's dtype, bit for bit. Floats: a NaN among
+// the reduced elements gives the canonical NaN (FLOAT32 0x7FFFFFFF, BFLOAT16 0x7FFF, what the
+// GPU's max.NaN gives), whatever its own bits; otherwise -0.0 orders below +0.0. Integers exact
+// (compared as integers: INT64 beyond 2^53 would round as a double).
+enum class Extremum { kMax, kMin };
+
+// The bits expected of the extremum of x[begin, end) (end > begin), in x's element size.
+uint64_t ExpectedExtremumBits(const Tensor& x, int64_t begin, int64_t end, Extremum which) {
+  const bool max = which == Extremum::kMax;
+  const size_t es = ElementSize(x.meta.dtype);
+  int64_t best = -1;
+  bool nan = false;
+  for (int64_t i = begin; i < end; ++i) {
+    if (IsInteger(x.meta.dtype)) {
+      const int64_t v = IntAt(x, i);
+      if (best < 0 || (max ? v > IntAt(x, best) : v < IntAt(x, best))) best = i;
+      continue;
+    }
+    const double v = At(x, i);
+    if (std::isnan(v)) {
+      nan = true;
+      continue;
+    }
+    if (best < 0) {
+      best = i;
+      continue;
+    }
+    const double b = At(x, best);
+    const bool better = v == b ? std::signbit(v) != std::signbit(b) && std::signbit(v) != max
+                               : (max ? v > b : v < b);
+    if (better) best = i;
+  }
+  if (nan) return x.meta.dtype == DType::kFloat32 ? 0x7FFFFFFFu : 0x7FFFu;
+  uint64_t bits = 0;
+  std::memcpy(&bits, x.bytes.data() + best * es, es);
+  return bits;
+}
+
+AssertionResult CheckExtremumRuns(const Tensor& x, const Tensor& out, int64_t runs,
+                                  Extremum which, const char* what) {
+  const int64_t len = runs == 0 ? 0 : x.meta.NumElements() / runs;
+  const size_t es = ElementSize(x.meta.dtype);
+  for (int64_t r = 0; r < runs; ++r) {
+    const uint64_t want = ExpectedExtremumBits(x, r * len, (r + 1) * len, which);
+    uint64_t got = 0;
+    std::memcpy(&got, out.bytes.data() + r * es, es);
+    if (got != want) {
+      return AssertionFailure() << what << "[" << r << "] = " << ElementString(out, r)
+                                << " (bits 0x" << std::hex << got << "), expected bits 0x" << want
+                                << std::dec;
+    }
+  }
+  return AssertionSuccess();
+}
+
+AssertionResult CheckExtremum(const std::vector<Tensor>& in, const Tensor& out, Extremum which) {
+  if (auto r = MetaIs(out, {in[0].meta.dtype, {}}); !r) return r;
+  return CheckExtremumRuns(in[0], out, 1, which, which == Extremum::kMax ? "max" : "min");
+}
+AssertionResult CheckMax(const std::vector<Tensor>& in, const Tensor& out, Inputs) {
+  return CheckExtremum(in, out, Extremum::kMax);
+}
+AssertionResult CheckMin(const std::vector<Tensor>& in, const Tensor& out, Inputs) {
+  return CheckExtremum(in, out, Extremum::kMin);
+}
+
+AssertionResult CheckRowExtremum(const std::vector<Tensor>& in, const Tensor& out,
+                                 Extremum which) {
+  const int64_t rows = in[0].meta.shape[0];
+  if (auto r = MetaIs(out, {in[0].meta.dtype, {rows}}); !r) return r;
+  return CheckExtremumRuns(in[0], out, rows, which,
+                           which == Extremum::kMax ? "row_max" : "row_min");
+}
+AssertionResult CheckRowMax(const std::vector<Tensor>& in, const Tensor& out, Inputs) {
+  return CheckRowExtremum(in, out, Extremum::kMax);
+}
+AssertionResult CheckRowMin(const std::vector<Tensor>& in, const Tensor& out, Inputs) {
+  return CheckRowExtremum(in, out, Extremum::kMin);
+}
+
 using Shapes = std::vector<std::vector<int64_t>>;  // one shape per input
 
 struct OpModel {
   absl::string_view op;
   std::vector<Shapes> shapes;  // the cases each (row, dtype) runs on
   AssertionResult (*check)(const std::vector<Tensor>& in, const Tensor& out, Inputs kind);
+  // A reduction without an identity (max, min): NaN propagates and empty reductions are
+  // refused (CpuNaNTest, EmptyInputs below).
+  bool no_identity = false;
 };
 
 Shapes MatmulShapes(int64_t m, int64_t k, int64_t n) { return {{m, k}, {k, n}}; }
@@ -370,15 +454,20 @@ const std::vector<OpModel>& Models() {
   static const std::vector<Shapes> kRowShapes = {
       {{1, 1}}, {{1, 33}}, {{33, 1}}, {{127, 33}}, {{3, 127}}, {{1024, 1024}}, {{1, 1000003}},
       {{100003, 3}}};
+  static const std::vector<Shapes> kWholeShapes = {
+      {{}}, {{1}}, {{33}}, {{127}}, {{1, 1, 1, 1}}, {{3, 33}}, {{2, 3, 5, 7}}, {{1 << 20}},
+      {{1000003}}};
   static const auto* const kModels = new std::vector<OpModel>{
-      {"sum", {{{}}, {{1}}, {{33}}, {{127}}, {{1, 1, 1, 1}}, {{3, 33}}, {{2, 3, 5, 7}},
-               {{1 << 20}}, {{1000003}}},
-       CheckSum},
+      {"sum", kWholeShapes, CheckSum},
       {"row_sum", kRowShapes, CheckRowSum},
       {"row_mean", kRowShapes, CheckRowMean},
+      {"row_max", kRowShapes, CheckRowMax, /*no_identity=*/true},
+      {"row_min", kRowShapes, CheckRowMin, /*no_identity=*/true},
       {"transpose", {{{1, 1}}, {{1, 33}}, {{33, 1}}, {{33, 127}}, {{127, 65}}, {{64, 64}},
                      {{65, 129}}, {{1023, 1025}}},
        CheckTranspose},
+      {"max", kWholeShapes, CheckMax, /*no_identity=*/true},
+      {"min", kWholeShapes, CheckMin, /*no_identity=*/true},
       {"matmul", {MatmulShapes(1, 1, 1), MatmulShapes(1, 33, 1), MatmulShapes(33, 1, 127),
                   MatmulShapes(33, 127, 65), MatmulShapes(64, 64, 64), MatmulShapes(65, 129, 33),
                   MatmulShapes(255, 257, 129), MatmulShapes(256, 256, 256)},
@@ -594,6 +683,52 @@ const std::vector<HandCase>& HandCases() {
        "matmul",
        {Bf16({1, 2}, {0.5f, -1.5f}), Bf16({2, 1}, {2, 4})},
        F32({1, 1}, {-5})},
+      // max: the input's dtype; signed zeros ordered; integers compared exactly
+      {"f32_vector", "max", {F32({4}, {-3, 7.5f, 2, 7.25f})}, F32({}, {7.5f})},
+      {"f32_all_negative", "max", {F32({2, 2}, {-3, -1.5f, -2, -8})}, F32({}, {-1.5f})},
+      {"f32_zeros", "max", {F32({3}, {-0.0f, 0.0f, -0.0f})}, F32({}, {0.0f})},
+      {"f32_scalar", "max", {F32({}, {-2.5f})}, F32({}, {-2.5f})},
+      {"f32_infinity", "max", {F32({2}, {-INFINITY, 1})}, F32({}, {1})},
+      {"i32_limits", "max", {I32({3}, {kI32Min, -5, kI32Min})}, I32({}, {-5})},
+      {"i32_max", "max", {I32({2, 2}, {kI32Max, 3, -7, kI32Max - 1})}, I32({}, {kI32Max})},
+      // Past 2^53, where a comparison through double would call the two equal.
+      {"i64_past_2_53", "max",
+       {I64({3}, {(int64_t{1} << 62) + 1, int64_t{1} << 62, -(int64_t{1} << 62)})},
+       I64({}, {(int64_t{1} << 62) + 1})},
+      {"bf16_vector", "max", {Bf16({4}, {1, 2.5f, -0.5f, 4})}, Bf16({}, {4})},
+      // min
+      {"f32_vector", "min", {F32({4}, {3, -7.5f, 2, -7.25f})}, F32({}, {-7.5f})},
+      {"f32_all_positive", "min", {F32({2, 2}, {3, 1.5f, 2, 8})}, F32({}, {1.5f})},
+      {"f32_zeros", "min", {F32({3}, {0.0f, -0.0f, 0.0f})}, F32({}, {-0.0f})},
+      {"f32_infinity", "min", {F32({2}, {INFINITY, -1})}, F32({}, {-1})},
+      {"i32_limits", "min", {I32({3}, {kI32Max, 5, kI32Max})}, I32({}, {5})},
+      {"i32_min", "min", {I32({2, 2}, {kI32Min, 3, -7, kI32Min + 1})}, I32({}, {kI32Min})},
+      {"i64_past_2_53", "min",
+       {I64({3}, {-(int64_t{1} << 62) - 1, -(int64_t{1} << 62), int64_t{1} << 62})},
+       I64({}, {-(int64_t{1} << 62) - 1})},
+      {"bf16_vector", "min", {Bf16({4}, {1, 2.5f, -0.5f, 4})}, Bf16({}, {-0.5f})},
+      // row_max
+      {"f32_2x3", "row_max", {F32({2, 3}, {1, 5, 3, -4, -6, -5})}, F32({2}, {5, -4})},
+      {"f32_3x1", "row_max", {F32({3, 1}, {1, -2, 3})}, F32({3}, {1, -2, 3})},
+      {"f32_zeros", "row_max", {F32({2, 2}, {-0.0f, 0.0f, -0.0f, -0.0f})},
+       F32({2}, {0.0f, -0.0f})},
+      {"i32_2x2", "row_max", {I32({2, 2}, {kI32Min, kI32Min + 1, kI32Max, -1})},
+       I32({2}, {kI32Min + 1, kI32Max})},
+      {"i64_2x2", "row_max",
+       {I64({2, 2}, {(int64_t{1} << 62) + 1, int64_t{1} << 62, -5, -7})},
+       I64({2}, {(int64_t{1} << 62) + 1, -5})},
+      {"bf16_2x2", "row_max", {Bf16({2, 2}, {1, 2.5f, -0.5f, -4})}, Bf16({2}, {2.5f, -0.5f})},
+      // row_min
+      {"f32_2x3", "row_min", {F32({2, 3}, {1, 5, 3, -4, -6, -5})}, F32({2}, {1, -6})},
+      {"f32_3x1", "row_min", {F32({3, 1}, {1, -2, 3})}, F32({3}, {1, -2, 3})},
+      {"f32_zeros", "row_min", {F32({2, 2}, {0.0f, -0.0f, 0.0f, 0.0f})},
+       F32({2}, {-0.0f, 0.0f})},
+      {"i32_2x2", "row_min", {I32({2, 2}, {kI32Max, kI32Max - 1, kI32Min, 1})},
+       I32({2}, {kI32Max - 1, kI32Min})},
+      {"i64_2x2", "row_min",
+       {I64({2, 2}, {-(int64_t{1} << 62) - 1, -(int64_t{1} << 62), 5, 7})},
+       I64({2}, {-(int64_t{1} << 62) - 1, 5})},
+      {"bf16_2x2", "row_min", {Bf16({2, 2}, {1, 2.5f, -0.5f, -4})}, Bf16({2}, {1, -4})},
   };
   return *kCases;
 }
@@ -625,6 +760,9 @@ TEST_P(CpuKernelHandTest, MatchesHandComputed) {
   ASSERT_TRUE(out.ok()) << out.status();
   ASSERT_EQ(out->meta, h.expected.meta)
       << "got " << out->meta.DebugString() << ", expected " << h.expected.meta.DebugString();
+  if (FindOp(h.op)->test.error_scale == ErrorScale::kExact) {  // max, min: the bits, -0.0 too
+    EXPECT_EQ(out->bytes, h.expected.bytes);
+  }
   for (int64_t i = 0; i < h.expected.meta.NumElements(); ++i) {
     if (IsInteger(h.expected.meta.dtype)) {
       EXPECT_EQ(IntAt(*out, i), IntAt(h.expected, i)) << "element " << i;
@@ -767,6 +905,143 @@ TEST(Harness, NaNNeverPasses) {
   EXPECT_FALSE(Near("x", 0, std::nan(""), 1.0, 1e30));
   EXPECT_FALSE(Near("x", 0, std::nan(""), std::nan(""), 1e30));
   EXPECT_TRUE(Near("x", 0, 1.0, 1.0, 0.0));
+}
+
+// ---------------------------------------------------------------------------------------------
+// NaN and empty inputs of the reductions without an identity (max, min, row_max, row_min): the
+// ops this file's models mark so.
+
+// Quiet, negative and payload-carrying NaNs, one for each position: none is the canonical NaN
+// the output must hold, nor the poison.
+constexpr uint32_t kF32NaNs[] = {0x7FC00000u, 0xFFC00001u, 0x7F800001u};
+constexpr uint16_t kBf16NaNs[] = {0x7FC0u, 0xFFC1u, 0x7F81u};
+
+struct NaNParam {
+  const AlgoSpec* algo;
+  DType dtype;
+  Shapes shapes;
+  int at;  // 0: the first element, 1: a middle one, 2: the last
+};
+
+std::vector<NaNParam> NaNParams() {
+  std::vector<NaNParam> params;
+  for (const AlgoSpec* a : CpuRows()) {
+    const OpModel* model = FindModel(a->op);
+    if (model == nullptr || !model->no_identity) continue;
+    for (DType d : {DType::kFloat32, DType::kBFloat16}) {
+      if (!Accepts(*a, d)) continue;
+      for (const Shapes& s : model->shapes) {
+        for (int at = 0; at < 3; ++at) params.push_back({a, d, s, at});
+      }
+    }
+  }
+  return params;
+}
+
+class CpuNaNTest : public ::testing::TestWithParam<NaNParam> {};
+
+// A NaN at the first, a middle or the last element (for the row ops: of the first row, a middle
+// row, the last row) gives the canonical NaN where it is reduced, and leaves every other output
+// as the model says.
+TEST_P(CpuNaNTest, Propagates) {
+  const NaNParam& p = GetParam();
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE(absl::StrCat("seed ", seed));
+  std::mt19937_64 rng(seed);
+  std::vector<Tensor> in = {MakeInput(p.dtype, p.shapes[0], Inputs::kRandom, rng)};
+  const int64_t n = in[0].meta.NumElements();
+  const int64_t index = p.at == 0 ? 0 : p.at == 1 ? n / 2 : n - 1;
+  if (p.dtype == DType::kFloat32) {
+    std::memcpy(in[0].bytes.data() + index * 4, &kF32NaNs[p.at], 4);
+  } else {
+    std::memcpy(in[0].bytes.data() + index * 2, &kBf16NaNs[p.at], 2);
+  }
+  absl::StatusOr<Tensor> out = RunRow(*p.algo, in);
+  ASSERT_TRUE(out.ok()) << out.status();
+  const int64_t outputs = out->meta.NumElements();
+  const int64_t nan_output = outputs == 1 ? 0 : index / (n / outputs);
+  EXPECT_TRUE(std::isnan(At(*out, nan_output))) << "output " << nan_output << " is not NaN";
+  EXPECT_TRUE(FindModel(p.algo->op)->check(in, *out, Inputs::kRandom));
+}
+
+INSTANTIATE_TEST_SUITE_P(CpuRows, CpuNaNTest, ::testing::ValuesIn(NaNParams()),
+                         [](const ::testing::TestParamInfo<NaNParam>& info) {
+                           std::string shapes;
+                           for (const auto& s : info.param.shapes)
+                             absl::StrAppend(&shapes, "_", ShapeName(s));
+                           return absl::StrCat(Name(*info.param.algo, info.param.dtype), shapes,
+                                               "_nan_", info.param.at == 0   ? "first"
+                                                        : info.param.at == 1 ? "middle"
+                                                                             : "last");
+                         });
+
+// numpy's np.max(np.zeros(0)) raises "zero-size array to reduction operation maximum which has
+// no identity": the shape rule of every such op refuses an empty reduction with
+// INVALID_ARGUMENT naming the op and the input, in every dtype. Rows [0, C] reduce nothing and
+// give an empty [0]; the cpu row runs them without writing.
+TEST(EmptyInputs, ReductionsWithoutIdentityRefuseThem) {
+  int checked = 0;
+  for (const OpModel& m : Models()) {
+    if (!m.no_identity) continue;
+    const OpSpec* op = FindOp(m.op);
+    ASSERT_NE(op, nullptr) << m.op;
+    const bool rows = m.shapes[0][0].size() == 2;
+    const std::vector<std::vector<int64_t>> refused =
+        rows ? std::vector<std::vector<int64_t>>{{3, 0}, {1, 0}}
+             : std::vector<std::vector<int64_t>>{{0}, {4, 0}, {0, 3, 2}};
+    for (DType d : op->dtypes) {
+      for (const auto& shape : refused) {
+        const std::vector<TensorMeta> in = {{d, shape}};
+        absl::StatusOr<TensorMeta> out = op->infer(in);
+        SCOPED_TRACE(absl::StrCat(m.op, " of ", in[0].DebugString()));
+        ASSERT_FALSE(out.ok());
+        EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+        EXPECT_NE(out.status().message().find(m.op), absl::string_view::npos)
+            << out.status().message();
+        EXPECT_NE(out.status().message().find("input 0"), absl::string_view::npos)
+            << out.status().message();
+        EXPECT_NE(out.status().message().find("zero-size"), absl::string_view::npos)
+            << out.status().message();
+        ++checked;
+      }
+      if (!rows) continue;
+      for (const std::vector<int64_t>& shape : {std::vector<int64_t>{0, 5}, {0, 0}}) {
+        const std::vector<Tensor> in = {Empty(d, shape)};
+        SCOPED_TRACE(absl::StrCat(m.op, " of ", in[0].meta.DebugString()));
+        for (const AlgoSpec* a : CpuRows()) {
+          if (a->op != m.op) continue;
+          absl::StatusOr<Tensor> out = RunRow(*a, in);
+          ASSERT_TRUE(out.ok()) << out.status();
+          EXPECT_EQ(out->meta, (TensorMeta{d, {0}}));
+        }
+      }
+    }
+  }
+  EXPECT_GE(checked, 4 * 2 * 2 + 4 * 2 * 3) << "fewer ops without identity than the table has";
+}
+
+// A max that lets a NaN through as fmaxf does (the non-NaN operand wins) must fail the model.
+TEST(Harness, AMaxThatDropsNaNFails) {
+  const AlgoSpec fmax_like = Broken("max", [](const KernelArgs& a) {
+    const auto* x = static_cast<const float*>(a.inputs[0]);
+    float m = -INFINITY;
+    for (int64_t i = 0; i < a.input_meta[0].NumElements(); ++i) m = std::fmax(m, x[i]);
+    *static_cast<float*>(a.output) = m;
+    return absl::OkStatus();
+  });
+  std::vector<Tensor> in = {F32({3}, {1, 2, 3})};
+  std::memcpy(in[0].bytes.data() + 4, &kF32NaNs[0], 4);
+  absl::StatusOr<Tensor> out = RunRow(fmax_like, in);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_FALSE(FindModel("max")->check(in, *out, Inputs::kRandom));
+  // And one that returns some NaN, but not the canonical one, fails as well.
+  const AlgoSpec payload = Broken("max", [](const KernelArgs& a) {
+    std::memcpy(a.output, &kF32NaNs[1], 4);
+    return absl::OkStatus();
+  });
+  out = RunRow(payload, in);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_FALSE(FindModel("max")->check(in, *out, Inputs::kRandom));
 }
 
 }  // namespace

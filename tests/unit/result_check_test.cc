@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -82,6 +83,26 @@ TEST(ResultCheck, OtherDtypesMustMatchBitForBit) {
                       .got = &ref,
                       .reference = &ref};
   EXPECT_TRUE(CheckResult(same, "reference").ok());
+}
+
+// max / min (ErrorScale::kExact) are checked bit for bit, FLOAT32 too: the canonical NaN where the
+// reference has it passes, any other NaN (the poison, a payload) or the other zero fails.
+TEST(ResultCheck, ExactReductionsMatchBitForBit) {
+  const TensorMeta in{DType::kFloat32, {3}}, out{DType::kFloat32, {}};
+  const std::vector<float> x = {1.f, 2.f, 3.f};
+  auto error = [&](uint32_t got, uint32_t ref) {
+    const float g = std::bit_cast<float>(got), r = std::bit_cast<float>(ref);
+    return ErrorOf("max", {in}, {x}, out, {g}, {r});
+  };
+  ASSERT_EQ(FindOp("max")->test.error_scale, ErrorScale::kExact);
+  absl::StatusOr<double> same = error(0x7FFFFFFFu, 0x7FFFFFFFu);
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_EQ(*same, 0.0);
+  EXPECT_FALSE(error(0x7FC00000u, 0x7FFFFFFFu).ok()) << "a NaN of other bits";
+  EXPECT_FALSE(error(0xFFFFFFFFu, 0x7FFFFFFFu).ok()) << "the poison";
+  EXPECT_FALSE(error(0x80000000u, 0x00000000u).ok()) << "-0.0 for +0.0";
+  EXPECT_FALSE(error(std::bit_cast<uint32_t>(3.0f), std::bit_cast<uint32_t>(2.9999998f)).ok());
+  EXPECT_EQ(FindOp("max")->test.tolerance("vectorized", DType::kFloat32), 0.0);
 }
 
 // The suites that read the test models (GPU, soak) trust them: every op has a tolerance, and

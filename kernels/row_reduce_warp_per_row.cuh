@@ -1,4 +1,4 @@
-// row_sum / row_mean, one warp (or a group of lanes) per row, several rows per block: for short
+// Row reduction, one warp (or a group of lanes) per row, several rows per block: for short
 // rows, where one block per row spends more on launching and synchronizing blocks than on bytes.
 //
 // Persistent grid (a few blocks per SM); each warp walks its own share of the rows, so no block
@@ -14,16 +14,21 @@
 //     lane.
 //   - longer rows: the whole warp per row, 16-byte loads kUnroll deep (scalar head and tail up to
 //     the first and from the last 16-byte boundary).
-// Accumulation in float (FLOAT32, BFLOAT16) or int64 (INT32, INT64: exact).
-// Deterministic: each row's order of additions depends only on cols.
+// Accumulation in the operator's accumulator (reduce_op.cuh); lanes past a row's end hold its
+// identity. Deterministic: each row's order of combines depends only on cols.
+// Included by the op files' instantiation .cu files (row_sum.cu, row_max.cu...).
+#pragma once
+
 #include <cuda_bf16.h>
 
 #include <cstdint>
 
-#include "kernels/row_reduce.h"
+#include "kernels/reduce.h"
 #include "kernels/row_reduce_common.cuh"
 
 namespace opserve::kernels {
+namespace warp_per_row {
+// Internal linkage: each op's .cu file that includes this has its own copy.
 namespace {
 
 using row_reduce::kWarpSize;
@@ -66,9 +71,10 @@ struct GroupTile<In, false> {
   In x[kRowsPerLane<In, false>][row_reduce::kLanes<In>];
 };
 
-// Issues the loads of `tile` (rows past the end read nothing and hold zeros). Only issues them:
-// nothing here waits for the data, so the caller can reduce another tile while they fly.
-template <int kGroup, typename In, bool kAligned>
+// Issues the loads of `tile` (rows and columns past the end read nothing and hold the operator's
+// identity). Only issues them: nothing here waits for the data, so the caller can reduce another
+// tile while they fly.
+template <typename Op, int kGroup, typename In, bool kAligned>
 __device__ __forceinline__ void LoadGroupTile(GroupTile<In, kAligned>& t,
                                               const In* __restrict__ d_in, int64_t rows,
                                               int64_t cols, int64_t tile, int group, int rank) {
@@ -85,7 +91,7 @@ __device__ __forceinline__ void LoadGroupTile(GroupTile<In, kAligned>& t,
       t.v[u] = row < rows && rank < vecs
                    ? row_reduce::LoadStreaming(
                          reinterpret_cast<const row_reduce::VecT<In>*>(d_in + row * cols) + rank)
-                   : row_reduce::ZeroVec<In>();
+                   : row_reduce::PadVec<Op, In>();
     } else {
       // cols <= kShortMaxCols here, so column arithmetic fits an int.
       const In* p = d_in + (row < rows ? row : 0) * cols + rank;
@@ -94,20 +100,20 @@ __device__ __forceinline__ void LoadGroupTile(GroupTile<In, kAligned>& t,
       for (int k = 0; k < kL; ++k) {
         t.x[u][k] = row < rows && rank + k * kGroup < ncols
                         ? row_reduce::LoadStreaming(p + k * kGroup)
-                        : row_reduce::ZeroElem<In>();
+                        : row_reduce::PadElem<Op, In>();
       }
     }
   }
 }
 
-// Adds up each row of `tile` across its group (all lanes must call it: shuffles) and stores
-// finish(sum).
-template <int kGroup, typename In, bool kAligned, typename Out, typename Finish>
+// Reduces each row of `tile` across its group (all lanes must call it: shuffles) and stores
+// finish(result).
+template <typename Op, int kGroup, typename In, bool kAligned, typename Out, typename Finish>
 __device__ __forceinline__ void ReduceGroupTile(const GroupTile<In, kAligned>& t,
                                                 Out* __restrict__ d_out, int64_t rows,
                                                 int64_t tile, int group, int rank,
                                                 const Finish& finish) {
-  using Acc = row_reduce::AccT<In>;
+  using Acc = row_reduce::AccT<Op, In>;
   constexpr int kL = row_reduce::kLanes<In>;
   constexpr int kRows = kRowsPerLane<In, kAligned>;
   constexpr int kGroupsPerWarp = kWarpSize / kGroup;
@@ -117,14 +123,14 @@ __device__ __forceinline__ void ReduceGroupTile(const GroupTile<In, kAligned>& t
   for (int u = 0; u < kRows; ++u) {
     Acc a[kL];
     if constexpr (kAligned) {
-      row_reduce::VecToAcc<In>(t.v[u], a);
+      row_reduce::VecToAcc<Op, In>(t.v[u], a);
     } else {
 #pragma unroll
-      for (int k = 0; k < kL; ++k) a[k] = row_reduce::ToAcc(t.x[u][k]);
+      for (int k = 0; k < kL; ++k) a[k] = reduce::ToAcc<Op>(t.x[u][k]);
     }
-    const Acc sum = row_reduce::GroupSum<kGroup>(row_reduce::TreeSum(a));
+    const Acc total = row_reduce::GroupReduce<Op, kGroup>(row_reduce::Tree<Op>(a));
     const int64_t row = first_row + u * kGroupsPerWarp;
-    if (rank == 0 && row < rows) d_out[row] = finish(sum);
+    if (rank == 0 && row < rows) d_out[row] = finish(total);
   }
 }
 
@@ -132,7 +138,7 @@ __device__ __forceinline__ void ReduceGroupTile(const GroupTile<In, kAligned>& t
 // current tile's shuffles and stores, so each lane keeps kRowsPerLane to 2 * kRowsPerLane rows'
 // loads in flight the whole time instead of kRowsPerLane then none. Two named buffers, not
 // `cur = next`: a register copy of a pending load would wait for it at the copy.
-template <int kGroup, typename In, bool kAligned, typename Out, typename Finish>
+template <typename Op, int kGroup, typename In, bool kAligned, typename Out, typename Finish>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
 row_reduce_group_kernel(const In* __restrict__ d_in, Out* __restrict__ d_out, int64_t rows,
                         int64_t cols, Finish finish) {
@@ -150,21 +156,21 @@ row_reduce_group_kernel(const In* __restrict__ d_in, Out* __restrict__ d_out, in
   int64_t tile = warp;
   if (tile >= tiles) return;
   GroupTile<In, kAligned> a, b;
-  LoadGroupTile<kGroup>(a, d_in, rows, cols, tile, group, rank);
+  LoadGroupTile<Op, kGroup>(a, d_in, rows, cols, tile, group, rank);
   while (true) {
-    LoadGroupTile<kGroup>(b, d_in, rows, cols, tile + num_warps, group, rank);
-    ReduceGroupTile<kGroup>(a, d_out, rows, tile, group, rank, finish);
+    LoadGroupTile<Op, kGroup>(b, d_in, rows, cols, tile + num_warps, group, rank);
+    ReduceGroupTile<Op, kGroup>(a, d_out, rows, tile, group, rank, finish);
     tile += num_warps;
     if (tile >= tiles) break;
-    LoadGroupTile<kGroup>(a, d_in, rows, cols, tile + num_warps, group, rank);
-    ReduceGroupTile<kGroup>(b, d_out, rows, tile, group, rank, finish);
+    LoadGroupTile<Op, kGroup>(a, d_in, rows, cols, tile + num_warps, group, rank);
+    ReduceGroupTile<Op, kGroup>(b, d_out, rows, tile, group, rank, finish);
     tile += num_warps;
     if (tile >= tiles) break;
   }
 }
 
 // Longer rows: one warp per row.
-template <typename In, typename Out, typename Finish>
+template <typename Op, typename In, typename Out, typename Finish>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
 row_reduce_warp_kernel(const In* __restrict__ d_in, Out* __restrict__ d_out, int64_t rows,
                        int64_t cols, Finish finish) {
@@ -173,9 +179,9 @@ row_reduce_warp_kernel(const In* __restrict__ d_in, Out* __restrict__ d_out, int
   const int64_t num_warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
   for (int64_t row = warp; row < rows; row += num_warps) {  // warp-uniform
     const auto partial =
-        row_reduce::TeamPartialSum<kWarpSize, kUnroll>(d_in + row * cols, cols, lane);
-    const auto sum = row_reduce::WarpSum(partial);
-    if (lane == 0) d_out[row] = finish(sum);
+        row_reduce::TeamPartial<Op, kWarpSize, kUnroll>(d_in + row * cols, cols, lane);
+    const auto total = row_reduce::WarpReduce<Op>(partial);
+    if (lane == 0) d_out[row] = finish(total);
   }
 }
 
@@ -198,32 +204,30 @@ unsigned PersistentGrid(Kernel kernel, int64_t units, int sm_count) {
   return static_cast<unsigned>(CeilDiv<int64_t>(warps, kWarpsPerBlock));
 }
 
-template <int kGroup, bool kAligned, typename In, typename Out, typename Finish>
+template <typename Op, int kGroup, bool kAligned, typename In, typename Out, typename Finish>
 cudaError_t LaunchShortAs(int sm_count, const In* d_in, Out* d_out, int64_t rows, int64_t cols,
                           Finish finish, cudaStream_t stream) {
   constexpr int64_t kTileRows = int64_t{kWarpSize / kGroup} * kRowsPerLane<In, kAligned>;
-  auto* kernel = row_reduce_group_kernel<kGroup, In, kAligned, Out, Finish>;
+  auto* kernel = row_reduce_group_kernel<Op, kGroup, In, kAligned, Out, Finish>;
   const unsigned grid = PersistentGrid(kernel, CeilDiv(rows, kTileRows), sm_count);
   kernel<<<grid, kThreads, 0, stream>>>(d_in, d_out, rows, cols, finish);
   return LastLaunchError();
 }
 
-template <int kGroup, typename In, typename Out, typename Finish>
+template <typename Op, int kGroup, typename In, typename Out, typename Finish>
 cudaError_t LaunchShort(bool aligned, int sm_count, const In* d_in, Out* d_out, int64_t rows,
                         int64_t cols, Finish finish, cudaStream_t stream) {
   return aligned
-             ? LaunchShortAs<kGroup, true>(sm_count, d_in, d_out, rows, cols, finish, stream)
-             : LaunchShortAs<kGroup, false>(sm_count, d_in, d_out, rows, cols, finish, stream);
+             ? LaunchShortAs<Op, kGroup, true>(sm_count, d_in, d_out, rows, cols, finish, stream)
+             : LaunchShortAs<Op, kGroup, false>(sm_count, d_in, d_out, rows, cols, finish, stream);
 }
 
-template <typename In, typename Out>
-cudaError_t RowReduceWarpPerRowImpl(void* d_temp, size_t* temp_bytes, const In* d_in,
-                                    Out* d_out, int64_t rows, int64_t cols, bool mean,
-                                    cudaStream_t stream) {
-  using Finish = row_reduce::RowFinish<row_reduce::AccT<In>, Out>;
+template <typename Op, typename In, typename Out>
+cudaError_t Impl(void* d_temp, size_t* temp_bytes, const In* d_in, Out* d_out, int64_t rows,
+                 int64_t cols, cudaStream_t stream) {
+  using Finish = row_reduce::RowFinish<Op, Out>;
   constexpr int kL = row_reduce::kLanes<In>;
-  Finish finish{};
-  if (!Finish::Make(cols, mean, &finish)) return cudaErrorInvalidValue;
+  const Finish finish = Finish::Make(cols);
   if (d_temp == nullptr) {  // size query: no scratch needed
     *temp_bytes = 0;
     return cudaSuccess;
@@ -234,7 +238,7 @@ cudaError_t RowReduceWarpPerRowImpl(void* d_temp, size_t* temp_bytes, const In* 
   if (err != cudaSuccess) return err;
 
   if (cols > kShortMaxCols<In>) {
-    auto* kernel = row_reduce_warp_kernel<In, Out, Finish>;
+    auto* kernel = row_reduce_warp_kernel<Op, In, Out, Finish>;
     const unsigned grid = PersistentGrid(kernel, rows, sm_count);
     kernel<<<grid, kThreads, 0, stream>>>(d_in, d_out, rows, cols, finish);
     return LastLaunchError();
@@ -245,17 +249,18 @@ cudaError_t RowReduceWarpPerRowImpl(void* d_temp, size_t* temp_bytes, const In* 
   while (kL * int64_t{group} < cols) group *= 2;
   const bool aligned = cols % kL == 0 && reinterpret_cast<uintptr_t>(d_in) % 16 == 0;
   switch (group) {
-    case 1: return LaunchShort<1>(aligned, sm_count, d_in, d_out, rows, cols, finish, stream);
-    case 2: return LaunchShort<2>(aligned, sm_count, d_in, d_out, rows, cols, finish, stream);
-    case 4: return LaunchShort<4>(aligned, sm_count, d_in, d_out, rows, cols, finish, stream);
-    case 8: return LaunchShort<8>(aligned, sm_count, d_in, d_out, rows, cols, finish, stream);
-    case 16: return LaunchShort<16>(aligned, sm_count, d_in, d_out, rows, cols, finish, stream);
-    default: return LaunchShort<32>(aligned, sm_count, d_in, d_out, rows, cols, finish, stream);
+    case 1: return LaunchShort<Op, 1>(aligned, sm_count, d_in, d_out, rows, cols, finish, stream);
+    case 2: return LaunchShort<Op, 2>(aligned, sm_count, d_in, d_out, rows, cols, finish, stream);
+    case 4: return LaunchShort<Op, 4>(aligned, sm_count, d_in, d_out, rows, cols, finish, stream);
+    case 8: return LaunchShort<Op, 8>(aligned, sm_count, d_in, d_out, rows, cols, finish, stream);
+    case 16: return LaunchShort<Op, 16>(aligned, sm_count, d_in, d_out, rows, cols, finish, stream);
+    default: return LaunchShort<Op, 32>(aligned, sm_count, d_in, d_out, rows, cols, finish, stream);
   }
 }
 
 }  // namespace
+}  // namespace warp_per_row
 
-OPSERVE_ROW_REDUCE_OVERLOADS(RowReduceWarpPerRow, RowReduceWarpPerRowImpl)
+OPSERVE_DEFINE_ROW_REDUCE_ALL(RowReduceWarpPerRow, warp_per_row::Impl)
 
 }  // namespace opserve::kernels

@@ -1,9 +1,9 @@
-// sum, vectorized: the bandwidth one. One launch: a persistent grid of exactly one full wave
+// vectorized: the bandwidth one. One launch: a persistent grid of exactly one full wave
 // (kBlocksPerSm blocks on every SM) streams the input as 16-byte vectors (float4 / int4 /
-// longlong2, or 8 bf16 in a uint4, through the read-only path: sum_common.cuh's SumVec), kUnroll
-// independent vector loads in flight per thread; each block writes one
-// partial, and the last block to finish (a device-scope completion counter) sums the partials in
-// a fixed order and writes the result.
+// longlong2, or 8 bf16 in a uint4, through the read-only path: reduce_common.cuh's Vec16),
+// kUnroll independent vector loads in flight per thread; each block writes one partial, and the
+// last block to finish (a device-scope completion counter) reduces the partials in a fixed order
+// and writes the result.
 //
 // The counter needs no memset node: each stream that calls this gets its own slot of a
 // `__device__` array (zero at module load), and the last block's atomicInc wraps the slot back to
@@ -14,7 +14,8 @@
 // compile flags and thread; a stream being captured into a graph, which may be replayed
 // concurrently; more than kCounterSlots streams) use a counter in the caller's scratch zeroed by a
 // 4-byte memset. Why: on a small input the memset node is a second serial device operation in a
-// sum of a few microseconds (docs/performance/sum.md).
+// sum of a few microseconds (docs/performance/sum.md). The slots are per operator: each op's .cu
+// file that includes this has its own array.
 //
 // Work mapping (grid-wide strip mining, as CUB's reduce agent does per tile): round r, slot u of
 // thread g reads vector (r * kUnroll + u) * total_threads + g, so every warp load is one coalesced
@@ -28,26 +29,32 @@
 // cost about what the gap does (docs/performance/sum.md).
 //
 // Deterministic: the grid is a function of n and the SM count only, each thread and block adds in
-// a fixed order, and the last block (whichever it is) adds the partials in the order of their
-// index. Float accuracy: each round's lanes * kUnroll values are summed as a tree before one add
-// into the running sum, so the serial chain is about n / (lanes * kUnroll * total_threads) adds
+// a fixed order, and the last block (whichever it is) combines the partials in the order of their
+// index. Float accuracy of a sum: each round's lanes * kUnroll values are summed as a tree before
+// one add into the running sum, so the serial chain is about
+// n / (lanes * kUnroll * total_threads) adds
 // (~250 at n = 2^30 floats on 132 SMs; half that for bf16, whose 8 lanes a vector are added in
 // float).
+#pragma once
+
 #include <cstdint>
 #include <map>
 #include <mutex>
 #include <utility>
 
-#include "kernels/sum.h"
-#include "kernels/sum_common.cuh"
+#include "kernels/reduce.h"
+#include "kernels/reduce_common.cuh"
 
 namespace opserve::kernels {
+namespace vectorized {
+// Internal linkage: each op's .cu file that includes this has its own copy (and counter slots).
 namespace {
 
-using sum_internal::kLanes;
-using sum_internal::SumAccumT;
-using sum_internal::SumLanes;
-using sum_internal::SumVecT;
+using reduce::AccT;
+using reduce::Combine;
+using reduce::kLanes;
+using reduce::ReduceLanes;
+using reduce::Vec16T;
 
 constexpr int kThreads = 256;
 // 4 blocks x 256 threads x 8 vectors x 16 B = 128 KiB of loads in flight per SM, several times
@@ -60,27 +67,27 @@ static_assert(kThreads * kBlocksPerSm <= 2048, "one wave must fit the SM's threa
 static_assert(kUnroll >= 1 && (kUnroll & (kUnroll - 1)) == 0, "pairwise combine needs 2^k");
 
 
-// Pairwise sum of s[0..kUnroll) (fixed shape).
-template <typename Acc>
-__device__ __forceinline__ Acc TreeSum(Acc (&s)[kUnroll]) {
+// Pairwise combine of s[0..kUnroll) (fixed shape).
+template <typename Op, typename Acc>
+__device__ __forceinline__ Acc Tree(Acc (&s)[kUnroll]) {
 #pragma unroll
   for (int width = kUnroll / 2; width > 0; width /= 2) {
 #pragma unroll
-    for (int u = 0; u < width; ++u) s[u] += s[u + width];
+    for (int u = 0; u < width; ++u) s[u] = Combine<Op>(s[u], s[u + width]);
   }
   return s[0];
 }
 
 // `head` scalars precede the first 16-byte boundary (0 for a cudaMalloc pointer); the vectors
 // start at in + head and there are (n - head) / kLanes of them; the rest is a scalar tail.
-// With one block, `out` gets the block's sum directly (partials and blocks_done are unused).
-template <typename T>
+// With one block, `out` gets the block's result directly (partials and blocks_done are unused).
+template <typename Op, typename T, typename Out>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
-    sum_vectorized_kernel(const T* __restrict__ in, int64_t n, int head,
-                          SumAccumT<T>* __restrict__ partials, unsigned int* blocks_done,
-                          SumAccumT<T>* __restrict__ out) {
-  using Acc = SumAccumT<T>;
-  using V = SumVecT<T>;
+    reduce_vectorized_kernel(const T* __restrict__ in, int64_t n, int head,
+                             AccT<Op, T>* __restrict__ partials, unsigned int* blocks_done,
+                             Out* __restrict__ out) {
+  using Acc = AccT<Op, T>;
+  using V = Vec16T<T>;
   constexpr int kL = kLanes<T>;
   const V* __restrict__ vin = reinterpret_cast<const V*>(in + head);
   const int64_t n_vec = (n - head) / kL;
@@ -89,7 +96,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   const int64_t full_rounds = n_vec / round_vecs;
   const int64_t g = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
 
-  Acc acc = Acc(0);
+  Acc acc = reduce::Identity<Op, Acc>();
   const V* p = vin + g;
   // Bounded by a pointer, not a round counter: the int64 instantiation spills at the 64-register
   // cap with a 64-bit counter beside its 32 registers of loads (ptxas -v).
@@ -100,8 +107,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     for (int u = 0; u < kUnroll; ++u) v[u] = __ldg(p + u * total_threads);
     Acc s[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) s[u] = SumLanes<T>(v[u]);
-    acc += TreeSum(s);
+    for (int u = 0; u < kUnroll; ++u) s[u] = ReduceLanes<Op, T>(v[u]);
+    acc = Combine<Op>(acc, Tree<Op>(s));
   }
   {  // The partial last round: fewer than round_vecs vectors, at most kUnroll per thread.
     const int64_t base = full_rounds * round_vecs + g;
@@ -109,14 +116,14 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t idx = base + u * total_threads;
-      s[u] = idx < n_vec ? SumLanes<T>(__ldg(vin + idx)) : Acc(0);
+      s[u] = idx < n_vec ? ReduceLanes<Op, T>(__ldg(vin + idx)) : reduce::Identity<Op, Acc>();
     }
-    acc += TreeSum(s);
+    acc = Combine<Op>(acc, Tree<Op>(s));
   }
-  acc += sum_internal::HeadTailTerm(in, n, head, n_vec);
-  acc = sum_internal::BlockReduceSum<kThreads>(acc);
+  acc = Combine<Op>(acc, reduce::HeadTailTerm<Op>(in, n, head, n_vec));
+  acc = reduce::BlockReduce<Op, kThreads>(acc);
   if (gridDim.x == 1) {
-    if (threadIdx.x == 0) *out = acc;
+    if (threadIdx.x == 0) *out = reduce::ToOut<Out>(acc);
     return;
   }
   __shared__ bool is_last;
@@ -127,17 +134,19 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     // is zero again when the kernel ends, ready for the slot's next launch.
     is_last = atomicInc(blocks_done, gridDim.x - 1) == gridDim.x - 1;
   }
-  // Also orders BlockReduceSum's shared reads above before the second call below rewrites them.
+  // Also orders BlockReduce's shared reads above before the second call below rewrites them.
   __syncthreads();
   if (!is_last) return;
   __threadfence();  // pairs with the other blocks' fences: every partial is visible now
-  // Fixed order: thread t adds partials t, t + kThreads, ...; then the block tree. Volatile
+  // Fixed order: thread t combines partials t, t + kThreads, ...; then the block tree. Volatile
   // loads, so no stale L1 line can stand in for another SM's write.
   const volatile Acc* p_all = partials;
-  Acc total = Acc(0);
-  for (int i = threadIdx.x; i < static_cast<int>(gridDim.x); i += kThreads) total += p_all[i];
-  total = sum_internal::BlockReduceSum<kThreads>(total);
-  if (threadIdx.x == 0) *out = total;
+  Acc total = reduce::Identity<Op, Acc>();
+  for (int i = threadIdx.x; i < static_cast<int>(gridDim.x); i += kThreads) {
+    total = Combine<Op>(total, p_all[i]);
+  }
+  total = reduce::BlockReduce<Op, kThreads>(total);
+  if (threadIdx.x == 0) *out = reduce::ToOut<Out>(total);
 }
 
 // Completion counters without a memset (see the top of the file): one slot per stream.
@@ -185,22 +194,22 @@ cudaError_t StreamCounter(cudaStream_t stream, unsigned int** counter) {
   return cudaSuccess;
 }
 
-template <typename T>
-cudaError_t SumVectorizedImpl(void* d_temp, size_t* temp_bytes, const T* d_in,
-                              SumAccumT<T>* d_out, int64_t n, cudaStream_t stream) {
-  using Acc = SumAccumT<T>;
+template <typename Op, typename T, typename Out>
+cudaError_t Impl(void* d_temp, size_t* temp_bytes, const T* d_in, Out* d_out, int64_t n,
+                 cudaStream_t stream) {
+  using Acc = AccT<Op, T>;
   constexpr int kL = kLanes<T>;
   if (temp_bytes == nullptr || n < 0) return cudaErrorInvalidValue;
   int head = 0;
-  cudaError_t err = sum_internal::VectorHead(d_in, n, &head);
+  cudaError_t err = reduce::VectorHead(d_in, n, &head);
   if (err != cudaSuccess) return err;
   const int64_t n_vec = (n - head) / kL;
 
   int sm_count = 0;
-  err = sum_internal::CurrentDeviceSmCount(&sm_count);
+  err = reduce::CurrentDeviceSmCount(&sm_count);
   if (err != cudaSuccess) return err;
   const int grid =
-      sum_internal::FirstPassGrid(n_vec, int64_t{kThreads} * kUnroll, sm_count, kBlocksPerSm);
+      reduce::FirstPassGrid(n_vec, int64_t{kThreads} * kUnroll, sm_count, kBlocksPerSm);
   // Scratch: the partials, then the completion counter (16-byte aligned).
   const size_t partial_bytes = (static_cast<size_t>(grid) * sizeof(Acc) + 15) / 16 * 16;
   const size_t need = partial_bytes + sizeof(unsigned int);
@@ -212,7 +221,7 @@ cudaError_t SumVectorizedImpl(void* d_temp, size_t* temp_bytes, const T* d_in,
 
   Acc* d_partials = static_cast<Acc*>(d_temp);
   unsigned int* d_done = nullptr;
-  if (grid > 1) {  // one block needs no counter: its sum is the answer
+  if (grid > 1) {  // one block needs no counter: its result is the answer
     err = StreamCounter(stream, &d_done);
     if (err != cudaSuccess) return err;
     if (d_done == nullptr) {
@@ -221,12 +230,14 @@ cudaError_t SumVectorizedImpl(void* d_temp, size_t* temp_bytes, const T* d_in,
       if (err != cudaSuccess) return err;
     }
   }
-  sum_vectorized_kernel<T><<<grid, kThreads, 0, stream>>>(d_in, n, head, d_partials, d_done, d_out);
+  reduce_vectorized_kernel<Op, T, Out>
+      <<<grid, kThreads, 0, stream>>>(d_in, n, head, d_partials, d_done, d_out);
   return LastLaunchError();
 }
 
 }  // namespace
+}  // namespace vectorized
 
-OPSERVE_DEFINE_SUM_OVERLOADS_ALL_DTYPES(SumVectorized, SumVectorizedImpl)
+OPSERVE_DEFINE_REDUCE_ALL(ReduceVectorized, vectorized::Impl)
 
 }  // namespace opserve::kernels

@@ -1,4 +1,4 @@
-// sum, chunked: one 256-thread block per contiguous 16 KiB chunk (4 independent 16-byte loads per
+// chunked: one 256-thread block per contiguous 16 KiB chunk (4 independent 16-byte loads per
 // thread, whatever the element type: 4096 float or int32 elements, 2048 int64, 8192 bf16), a
 // grid of as many blocks as chunks, and a two-level finish by the last blocks to end.
 //
@@ -9,7 +9,8 @@
 //
 // The finish, without a second launch: blocks are grouped kGroup at a time. Each block writes its
 // partial and counts itself done in its group; the group's last block adds the group's partials
-// in index order and counts the group done; the last group adds the group totals in index order.
+// in index order and counts the group done; the last group adds the group totals in index order
+// ("adds": combines, under the launcher's operator).
 // The counters (one per group, one for the groups) live in the caller's scratch and are zeroed by
 // one cudaMemsetAsync per launch: a few microseconds, small against the multi-GiB sums this
 // algorithm is for.
@@ -18,18 +19,23 @@
 // (the scalar head), each thread and each block add in a fixed order, and both finishing levels
 // add in index order, whichever block happens to run them.
 // Inputs past kMaxGrid chunks (over 16 GiB) loop: block b takes chunks b, b + grid, ...
+#pragma once
+
 #include <cstdint>
 
-#include "kernels/sum.h"
-#include "kernels/sum_common.cuh"
+#include "kernels/reduce.h"
+#include "kernels/reduce_common.cuh"
 
 namespace opserve::kernels {
+namespace chunked {
+// Internal linkage: each op's .cu file that includes this has its own copy.
 namespace {
 
-using sum_internal::kLanes;
-using sum_internal::SumAccumT;
-using sum_internal::SumLanes;
-using sum_internal::SumVecT;
+using reduce::AccT;
+using reduce::Combine;
+using reduce::kLanes;
+using reduce::ReduceLanes;
+using reduce::Vec16T;
 
 constexpr int kThreads = 256;
 constexpr int kUnroll = 4;  // 256 threads x 4 x 16 B = one 16 KiB chunk per block
@@ -38,14 +44,14 @@ constexpr int kGroup = 1024;                             // blocks per first-lev
 constexpr int64_t kMaxGrid = int64_t{kGroup} * kGroup;  // the second level is one group too
 static_assert(kMaxGrid <= 0x7fffffff, "gridDim.x limit");
 
-// Adds vals[0..count) in a fixed order (thread t: t, t + kThreads, ..., then the block tree);
-// the result is valid in thread 0. Volatile loads: another SM wrote these values.
-template <typename Acc>
-__device__ __forceinline__ Acc SumInOrder(const Acc* vals, int64_t count) {
+// Combines vals[0..count) in a fixed order (thread t: t, t + kThreads, ..., then the block
+// tree); the result is valid in thread 0. Volatile loads: another SM wrote these values.
+template <typename Op, typename Acc>
+__device__ __forceinline__ Acc ReduceInOrder(const Acc* vals, int64_t count) {
   const volatile Acc* v = vals;
-  Acc total = Acc(0);
-  for (int64_t i = threadIdx.x; i < count; i += kThreads) total += v[i];
-  return sum_internal::BlockReduceSum<kThreads>(total);
+  Acc total = reduce::Identity<Op, Acc>();
+  for (int64_t i = threadIdx.x; i < count; i += kThreads) total = Combine<Op>(total, v[i]);
+  return reduce::BlockReduce<Op, kThreads>(total);
 }
 
 // Thread 0 publishes `value` at slot[index] and counts itself done on `counter` out of `members`;
@@ -60,23 +66,23 @@ __device__ __forceinline__ bool PublishAndCount(Acc value, Acc* slot, unsigned i
     if (last) __threadfence();  // pairs with the other blocks' fences, before anyone reads
     *is_last = last;
   }
-  __syncthreads();  // publishes is_last; also orders BlockReduceSum's shared reads before reuse
+  __syncthreads();  // publishes is_last; also orders BlockReduce's shared reads before reuse
   return *is_last;
 }
 
 // `head` scalars precede the first 16-byte boundary; the vectors follow; then a scalar tail.
-template <typename T>
+template <typename Op, typename T, typename Out>
 __global__ void __launch_bounds__(kThreads)
-    sum_chunked_kernel(const T* __restrict__ in, int64_t n, int head, SumAccumT<T>* partials,
-                       SumAccumT<T>* group_totals, unsigned int* counters,
-                       SumAccumT<T>* __restrict__ out) {
-  using Acc = SumAccumT<T>;
-  using V = SumVecT<T>;
+    reduce_chunked_kernel(const T* __restrict__ in, int64_t n, int head, AccT<Op, T>* partials,
+                          AccT<Op, T>* group_totals, unsigned int* counters,
+                          Out* __restrict__ out) {
+  using Acc = AccT<Op, T>;
+  using V = Vec16T<T>;
   const V* __restrict__ vin = reinterpret_cast<const V*>(in + head);
   const int64_t n_vec = (n - head) / kLanes<T>;
   const int64_t chunks = (n_vec + kChunkVecs - 1) / kChunkVecs;
 
-  Acc acc = Acc(0);
+  Acc acc = reduce::Identity<Op, Acc>();
   for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
     const int64_t base = c * kChunkVecs + threadIdx.x;
     Acc s[kUnroll];
@@ -85,21 +91,21 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) v[u] = __ldg(vin + base + u * kThreads);
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) s[u] = SumLanes<T>(v[u]);
+      for (int u = 0; u < kUnroll; ++u) s[u] = ReduceLanes<Op, T>(v[u]);
     } else {  // the last, partial chunk
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t i = base + u * kThreads;
-        s[u] = i < n_vec ? SumLanes<T>(__ldg(vin + i)) : Acc(0);
+        s[u] = i < n_vec ? ReduceLanes<Op, T>(__ldg(vin + i)) : reduce::Identity<Op, Acc>();
       }
     }
-    acc += (s[0] + s[1]) + (s[2] + s[3]);
+    acc = Combine<Op>(acc, Combine<Op>(Combine<Op>(s[0], s[1]), Combine<Op>(s[2], s[3])));
   }
   static_assert(kUnroll == 4, "the pairwise combine above is written for 4");
-  acc += sum_internal::HeadTailTerm(in, n, head, n_vec);
-  acc = sum_internal::BlockReduceSum<kThreads>(acc);
+  acc = Combine<Op>(acc, reduce::HeadTailTerm<Op>(in, n, head, n_vec));
+  acc = reduce::BlockReduce<Op, kThreads>(acc);
   if (gridDim.x == 1) {
-    if (threadIdx.x == 0) *out = acc;
+    if (threadIdx.x == 0) *out = reduce::ToOut<Out>(acc);
     return;
   }
   __shared__ bool is_last;
@@ -108,23 +114,23 @@ __global__ void __launch_bounds__(kThreads)
   const unsigned int g = blockIdx.x / kGroup;
   const unsigned int members = g + 1 < groups ? kGroup : grid - g * kGroup;
   if (!PublishAndCount(acc, &partials[blockIdx.x], &counters[g], members, &is_last)) return;
-  Acc total = SumInOrder(partials + static_cast<int64_t>(g) * kGroup, members);
+  Acc total = ReduceInOrder<Op>(partials + static_cast<int64_t>(g) * kGroup, members);
   if (groups == 1) {
-    if (threadIdx.x == 0) *out = total;
+    if (threadIdx.x == 0) *out = reduce::ToOut<Out>(total);
     return;
   }
   if (!PublishAndCount(total, &group_totals[g], &counters[groups], groups, &is_last)) return;
-  total = SumInOrder(group_totals, groups);
-  if (threadIdx.x == 0) *out = total;
+  total = ReduceInOrder<Op>(group_totals, groups);
+  if (threadIdx.x == 0) *out = reduce::ToOut<Out>(total);
 }
 
-template <typename T>
-cudaError_t SumChunkedImpl(void* d_temp, size_t* temp_bytes, const T* d_in, SumAccumT<T>* d_out,
-                           int64_t n, cudaStream_t stream) {
-  using Acc = SumAccumT<T>;
+template <typename Op, typename T, typename Out>
+cudaError_t Impl(void* d_temp, size_t* temp_bytes, const T* d_in, Out* d_out, int64_t n,
+                 cudaStream_t stream) {
+  using Acc = AccT<Op, T>;
   if (temp_bytes == nullptr || n < 0) return cudaErrorInvalidValue;
   int head = 0;
-  if (cudaError_t err = sum_internal::VectorHead(d_in, n, &head); err != cudaSuccess) return err;
+  if (cudaError_t err = reduce::VectorHead(d_in, n, &head); err != cudaSuccess) return err;
   const int64_t chunks = CeilDiv<int64_t>((n - head) / kLanes<T>, kChunkVecs);
   const int64_t grid64 = chunks < 1 ? 1 : (chunks < kMaxGrid ? chunks : kMaxGrid);
   const unsigned int grid = static_cast<unsigned int>(grid64);
@@ -151,13 +157,14 @@ cudaError_t SumChunkedImpl(void* d_temp, size_t* temp_bytes, const T* d_in, SumA
     cudaError_t err = cudaMemsetAsync(counters, 0, counter_bytes, stream);
     if (err != cudaSuccess) return err;
   }
-  sum_chunked_kernel<T><<<grid, kThreads, 0, stream>>>(d_in, n, head, partials, group_totals,
-                                                       counters, d_out);
+  reduce_chunked_kernel<Op, T, Out><<<grid, kThreads, 0, stream>>>(
+      d_in, n, head, partials, group_totals, counters, d_out);
   return LastLaunchError();
 }
 
 }  // namespace
+}  // namespace chunked
 
-OPSERVE_DEFINE_SUM_OVERLOADS_ALL_DTYPES(SumChunked, SumChunkedImpl)
+OPSERVE_DEFINE_REDUCE_ALL(ReduceChunked, chunked::Impl)
 
 }  // namespace opserve::kernels

@@ -1,4 +1,4 @@
-// row_sum / row_mean, one block per row (llama.cpp's reduce_rows_f32 and its mean.cu launcher),
+// Row reduction, one block per row (llama.cpp's reduce_rows_f32 and its mean.cu launcher),
 // with 16-byte loads, kUnroll independent loads in flight per thread, and one addition for the
 // shapes one block per row cannot fill: a few long rows.
 //
@@ -11,21 +11,22 @@
 //   not llama.cpp: many rows of >= 32 KiB -> 512 (kWideMinBytes below).
 // Split rows (not in llama.cpp): with fewer rows than the GPU holds blocks and rows of at least
 // kSplitMinBytes, each row is cut into `splits` chunks, one 512-thread block each, that write
-// partial sums to d_temp; a second launch adds each row's partials in a fixed order (one warp per
+// partials to d_temp; a second launch combines each row's partials in a fixed order (one warp per
 // row). Deterministic: the partition depends only on (rows, cols, element size, SM count).
-// Scratch: rows * splits accumulators (float, or int64 for integer inputs) when split, else 0.
-//
-// Accumulation: float for FLOAT32 and BFLOAT16 inputs, int64 for INT32 and INT64 (exact; an
-// int64 overflow wraps). Integer row_mean divides the exact sum by cols in double
-// (row_reduce_common.cuh, RowFinish).
+// Scratch: rows * splits accumulators (the operator's: reduce_op.cuh) when split, else 0.
+// Included by the op files' instantiation .cu files (row_sum.cu, row_max.cu...).
+#pragma once
+
 #include <cuda_bf16.h>
 
 #include <cstdint>
 
-#include "kernels/row_reduce.h"
+#include "kernels/reduce.h"
 #include "kernels/row_reduce_common.cuh"
 
 namespace opserve::kernels {
+namespace block_per_row {
+// Internal linkage: each op's .cu file that includes this has its own copy.
 namespace {
 
 using row_reduce::kWarpSize;
@@ -65,32 +66,32 @@ static_assert(kMinChunkBytes % kVecBytes == 0 && kSplitMinBytes >= 2 * kMinChunk
 static_assert(kFinalizeThreads % kWarpSize == 0, "finalize runs one warp per row");
 
 // Work item w in [0, rows * splits) is chunk (w % splits) of row (w / splits); out[w] gets
-// finish(its sum). With splits == 1, out is d_out and finish the launcher's RowFinish; otherwise
-// out is the partials in d_temp and finish keeps the sum.
+// finish(its result). With splits == 1, out is d_out and finish the launcher's RowFinish;
+// otherwise out is the partials in d_temp and finish keeps the accumulator.
 // Min blocks per SM = 1024 / threads caps registers at 64 for every block size, so 512-thread
 // blocks are guaranteed 2 per SM (kSplitBlocksPerSm relies on it).
-template <int kThreads, typename In, typename Out, typename Finish>
+template <typename Op, int kThreads, typename In, typename Out, typename Finish>
 __global__ void __launch_bounds__(kThreads, 1024 / kThreads)
 row_reduce_block_kernel(const In* __restrict__ d_in, Out* __restrict__ out, int64_t rows,
                         int64_t cols, int64_t splits, int64_t chunk, Finish finish) {
-  using Acc = row_reduce::AccT<In>;
+  using Acc = row_reduce::AccT<Op, In>;
   const int64_t items = rows * splits;
   for (int64_t w = blockIdx.x; w < items; w += gridDim.x) {
     const int64_t row = w / splits;
     const int64_t begin = (w - row * splits) * chunk;
     const int64_t len = cols - begin < chunk ? cols - begin : chunk;
-    const Acc partial = row_reduce::TeamPartialSum<kThreads, kUnroll>(
+    const Acc partial = row_reduce::TeamPartial<Op, kThreads, kUnroll>(
         d_in + row * cols + begin, len, static_cast<int>(threadIdx.x));
-    const Acc total = row_reduce::BlockSum<kThreads>(partial);
+    const Acc total = row_reduce::BlockReduce<Op, kThreads>(partial);
     if (threadIdx.x == 0) out[w] = finish(total);
-    // BlockSum's shared slots are rewritten by the next item: all reads of them must be done.
+    // BlockReduce's shared slots are rewritten by the next item: all reads of them must be done.
     __syncthreads();
   }
 }
 
-// Second pass of a split: one warp per row adds the row's `splits` partials, lane-strided then a
-// fixed butterfly, so the order never changes.
-template <typename Acc, typename Out, typename Finish>
+// Second pass of a split: one warp per row combines the row's `splits` partials, lane-strided then
+// a fixed butterfly, so the order never changes.
+template <typename Op, typename Acc, typename Out, typename Finish>
 __global__ void __launch_bounds__(kFinalizeThreads)
 row_reduce_block_finalize_kernel(const Acc* __restrict__ partials, Out* __restrict__ d_out,
                                  int64_t rows, int64_t splits, Finish finish) {
@@ -98,10 +99,12 @@ row_reduce_block_finalize_kernel(const Acc* __restrict__ partials, Out* __restri
       (static_cast<int64_t>(blockIdx.x) * kFinalizeThreads + threadIdx.x) / kWarpSize;
   const int lane = static_cast<int>(threadIdx.x % kWarpSize);
   if (row >= rows) return;  // whole warps leave together: row is uniform across a warp
-  Acc sum = Acc(0);
-  for (int64_t k = lane; k < splits; k += kWarpSize) sum += partials[row * splits + k];
-  sum = row_reduce::WarpSum(sum);
-  if (lane == 0) d_out[row] = finish(sum);
+  Acc total = row_reduce::Identity<Op, Acc>();
+  for (int64_t k = lane; k < splits; k += kWarpSize) {
+    total = row_reduce::Combine<Op>(total, partials[row * splits + k]);
+  }
+  total = row_reduce::WarpReduce<Op>(total);
+  if (lane == 0) d_out[row] = finish(total);
 }
 
 struct Plan {
@@ -130,36 +133,33 @@ Plan MakePlan(int64_t rows, int64_t cols, int64_t elem_bytes, int64_t sm_count) 
   return Plan{threads, 1, cols};
 }
 
-template <typename In, typename Out, typename Finish>
+template <typename Op, typename In, typename Out, typename Finish>
 cudaError_t LaunchBlocks(const Plan& plan, const In* d_in, Out* out, int64_t rows, int64_t cols,
                          Finish finish, cudaStream_t stream) {
   const int64_t items = rows * plan.splits;
   const unsigned grid = static_cast<unsigned>(items < kMaxGrid ? items : kMaxGrid);
   switch (plan.threads) {
     case kWideThreads:
-      row_reduce_block_kernel<kWideThreads><<<grid, kWideThreads, 0, stream>>>(
+      row_reduce_block_kernel<Op, kWideThreads><<<grid, kWideThreads, 0, stream>>>(
           d_in, out, rows, cols, plan.splits, plan.chunk, finish);
       break;
     case kMediumThreads:
-      row_reduce_block_kernel<kMediumThreads><<<grid, kMediumThreads, 0, stream>>>(
+      row_reduce_block_kernel<Op, kMediumThreads><<<grid, kMediumThreads, 0, stream>>>(
           d_in, out, rows, cols, plan.splits, plan.chunk, finish);
       break;
     default:
-      row_reduce_block_kernel<kNarrowThreads><<<grid, kNarrowThreads, 0, stream>>>(
+      row_reduce_block_kernel<Op, kNarrowThreads><<<grid, kNarrowThreads, 0, stream>>>(
           d_in, out, rows, cols, plan.splits, plan.chunk, finish);
       break;
   }
   return LastLaunchError();
 }
 
-template <typename In, typename Out>
-cudaError_t RowReduceBlockPerRowImpl(void* d_temp, size_t* temp_bytes, const In* d_in,
-                                     Out* d_out, int64_t rows, int64_t cols, bool mean,
-                                     cudaStream_t stream) {
-  using Acc = row_reduce::AccT<In>;
-  using Finish = row_reduce::RowFinish<Acc, Out>;
-  Finish finish{};
-  if (!Finish::Make(cols, mean, &finish)) return cudaErrorInvalidValue;
+template <typename Op, typename In, typename Out>
+cudaError_t Impl(void* d_temp, size_t* temp_bytes, const In* d_in, Out* d_out, int64_t rows,
+                 int64_t cols, cudaStream_t stream) {
+  using Acc = row_reduce::AccT<Op, In>;
+  const auto finish = row_reduce::RowFinish<Op, Out>::Make(cols);
   if (rows <= 0 || cols <= 0) {
     if (d_temp == nullptr) *temp_bytes = 0;
     return cudaSuccess;
@@ -177,20 +177,21 @@ cudaError_t RowReduceBlockPerRowImpl(void* d_temp, size_t* temp_bytes, const In*
   }
   if (*temp_bytes < needed) return cudaErrorInvalidValue;  // would write past the scratch
 
-  if (plan.splits == 1) return LaunchBlocks(plan, d_in, d_out, rows, cols, finish, stream);
+  if (plan.splits == 1) return LaunchBlocks<Op>(plan, d_in, d_out, rows, cols, finish, stream);
 
   Acc* d_partials = static_cast<Acc*>(d_temp);
-  err = LaunchBlocks(plan, d_in, d_partials, rows, cols, row_reduce::KeepSum{}, stream);
+  err = LaunchBlocks<Op>(plan, d_in, d_partials, rows, cols, row_reduce::Keep{}, stream);
   if (err != cudaSuccess) return err;
   constexpr int kRowsPerFinalizeBlock = kFinalizeThreads / kWarpSize;
   const unsigned grid = static_cast<unsigned>(CeilDiv<int64_t>(rows, kRowsPerFinalizeBlock));
-  row_reduce_block_finalize_kernel<<<grid, kFinalizeThreads, 0, stream>>>(d_partials, d_out, rows,
-                                                                          plan.splits, finish);
+  row_reduce_block_finalize_kernel<Op><<<grid, kFinalizeThreads, 0, stream>>>(
+      d_partials, d_out, rows, plan.splits, finish);
   return LastLaunchError();
 }
 
 }  // namespace
+}  // namespace block_per_row
 
-OPSERVE_ROW_REDUCE_OVERLOADS(RowReduceBlockPerRow, RowReduceBlockPerRowImpl)
+OPSERVE_DEFINE_ROW_REDUCE_ALL(RowReduceBlockPerRow, block_per_row::Impl)
 
 }  // namespace opserve::kernels

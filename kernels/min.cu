@@ -1,0 +1,17 @@
+// min: the reduction family's whole-tensor algorithms (reduce.h) instantiated for the Min
+// operator. No one_pass_atomic: its atomic is an add (server/ops/reduce_family.h says why).
+#include "kernels/reduce_chunked.cuh"
+#include "kernels/reduce_cub.cuh"
+#include "kernels/reduce_two_pass.cuh"
+#include "kernels/reduce_vectorized.cuh"
+#include "kernels/reduce_warp_shuffle.cuh"
+
+namespace opserve::kernels {
+
+OPSERVE_INSTANTIATE_REDUCE_F32_I32(ReduceTwoPass, Min)
+OPSERVE_INSTANTIATE_REDUCE_F32_I32(ReduceWarpShuffle, Min)
+OPSERVE_INSTANTIATE_REDUCE_ALL(ReduceVectorized, Min)
+OPSERVE_INSTANTIATE_REDUCE_ALL(ReduceChunked, Min)
+OPSERVE_INSTANTIATE_REDUCE_ALL(ReduceCub, Min)
+
+}  // namespace opserve::kernels

@@ -1,0 +1,14 @@
+// row_sum: the reduction family's row algorithms (reduce.h) instantiated for the Sum operator.
+#include "kernels/row_reduce_block_per_row.cuh"
+#include "kernels/row_reduce_cub_segmented.cuh"
+#include "kernels/row_reduce_naive.cuh"
+#include "kernels/row_reduce_warp_per_row.cuh"
+
+namespace opserve::kernels {
+
+OPSERVE_INSTANTIATE_ROW_REDUCE(RowReduceNaive, Sum, float)
+OPSERVE_INSTANTIATE_ROW_REDUCE_ALL(RowReduceBlockPerRow, Sum)
+OPSERVE_INSTANTIATE_ROW_REDUCE_ALL(RowReduceWarpPerRow, Sum)
+OPSERVE_INSTANTIATE_ROW_REDUCE_ALL(RowReduceCubSegmented, Sum)
+
+}  // namespace opserve::kernels
