@@ -41,9 +41,14 @@ Engine::Engine(Device& device, TensorStore& store, Metrics* metrics, EngineOptio
       batcher_(options_.max_batch_size) {}
 
 void Engine::Submit(std::unique_ptr<Request> request) {
-  if (absl::Status planned = request->MakePlan(*this); !planned.ok()) {
-    return Request::Fail(std::move(request), planned);
-  }
+  request->engine_ = this;
+  absl::StatusOr<Plan> plan =
+      BuildPlan(request->graph_, backend(), store_, options_.limits, request->tenant_);
+  request->graph_ = Graph();  // the plan holds what it needs; the bytes stay the edge's
+  if (!plan.ok()) return Request::Fail(std::move(request), plan.status());
+  request->plan_ = *std::move(plan);
+  request->stage_ = Request::Stage::kPlanned;
+  request->Mark(RequestTrace::kPlanned);
   bool batch = batcher_.max_size() > 1 && Batchable(request->plan_);
 #if OPSERVE_TEST_HOOKS
   if (const std::string& mode = options_.reply_without_device;

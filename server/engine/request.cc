@@ -2,7 +2,6 @@
 
 #include <utility>
 
-#include "common/status_macros.h"
 #include "server/engine/engine.h"
 
 namespace opserve {
@@ -22,17 +21,6 @@ Request::Request(absl::string_view rpc, Clock::time_point received, RequestTrace
       client_(client),
       tenant_(std::move(tenant)),
       graph_(std::move(graph)) {}
-
-absl::Status Request::MakePlan(Engine& engine) {
-  engine_ = &engine;
-  auto plan = BuildPlan(graph_, engine.backend(), engine.store(), engine.options().limits, tenant_);
-  graph_ = Graph();  // the plan holds what it needs; the bytes stay the edge's
-  RETURN_IF_ERROR(plan.status());
-  plan_ = *std::move(plan);
-  stage_ = Stage::kPlanned;
-  Mark(RequestTrace::kPlanned);
-  return absl::OkStatus();
-}
 
 absl::Status Request::BeginLaunch() {
   Mark(RequestTrace::kLaunchBegin);

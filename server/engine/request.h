@@ -76,8 +76,6 @@ class Request final : public DeviceJob {
   friend class Engine;   // plans, queues and fails it
   friend class BatchJob;  // runs it with others as one plan
 
-  // Planned: the graph checked against the device and the store. The graph goes.
-  absl::Status MakePlan(Engine& engine);
   // A lane took it: its queue time recorded; whether its caller still wants it.
   absl::Status BeginLaunch();
   // Its run is over with `status` (and its result on success): the plan and what it held go,
@@ -94,7 +92,7 @@ class Request final : public DeviceJob {
   const Clock::time_point received_;
   RequestTrace::Record* const trace_;
   RequestClient& client_;
-  Engine* engine_ = nullptr;  // set when planned
+  Engine* engine_ = nullptr;  // set when submitted
   Stage stage_ = Stage::kReceived;
   const std::string tenant_;
   Graph graph_;  // until planned

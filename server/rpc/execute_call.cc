@@ -24,7 +24,7 @@ class ExecuteCall final : public GraphCall {
     if (!tenant.ok()) return Reply(tenant.status());
     absl::StatusOr<Graph> graph = convert::GraphFromExecute(parsed_, core_.regions(), *tenant, &holds_);
     if (!graph.ok()) return Reply(graph.status());
-    Submit(*std::move(tenant), *std::move(graph));
+    core_.engine().Submit(MakeRequest(*std::move(tenant), *std::move(graph)));
   }
 
  private:

@@ -16,11 +16,6 @@ GraphCall::GraphCall(ServerCore& core, grpc::CallbackServerContext* ctx, absl::s
   if (core_.metrics() != nullptr) core_.metrics()->AddInflight(1);
 }
 
-void GraphCall::Submit(std::string tenant, Graph graph) {
-  core_.engine().Submit(std::make_unique<Request>(rpc_, start_, trace_, *this, std::move(tenant),
-                                                  std::move(graph)));
-}
-
 double GraphCall::ElapsedUs() const {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start_)
       .count();

@@ -1,6 +1,6 @@
 // What Execute (execute_call.cc) and ModelInfer (infer_call.cc) share at the edge: a gRPC
 // reactor whose request runs a graph. Each call's own file reads top to bottom:
-//   Start (the gRPC thread)  Admit; its protocol's conversion into a Graph; Submit to the engine
+//   Start (the gRPC thread)  Admit; its protocol's conversion into a Graph; Engine::Submit
 //   Done  (where the engine hands the request back, once: request.h)  its protocol's
 //         conversion of the result into the response; what the graph viewed goes; Finish
 // A failure before Submit goes straight to Finish with its status.
@@ -28,8 +28,11 @@ class GraphCall : public grpc::ServerUnaryReactor, public RequestClient {
 
   // The caller's tenant, once the call may run a graph (ServerCore::Admit).
   absl::StatusOr<std::string> Admit() { return core_.Admit(ctx_); }
-  // Hands the call's graph to the engine as a request; it comes back through Done.
-  void Submit(std::string tenant, Graph graph);
+  // The call's graph as the engine's request, which comes back through Done.
+  std::unique_ptr<Request> MakeRequest(std::string tenant, Graph graph) {
+    return std::make_unique<Request>(rpc_, start_, trace_, *this, std::move(tenant),
+                                     std::move(graph));
+  }
   // Since the call arrived: its total time.
   double ElapsedUs() const;
   // Counts and traces the call, and finishes it with `s`: exactly once, after the response is

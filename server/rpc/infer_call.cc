@@ -24,7 +24,7 @@ class InferCall final : public GraphCall {
     if (!tenant.ok()) return Reply(tenant.status());
     absl::StatusOr<Graph> graph = oip::GraphFromInfer(parsed_, *tenant, core_, &binding_);
     if (!graph.ok()) return Reply(graph.status());
-    Submit(*std::move(tenant), *std::move(graph));
+    core_.engine().Submit(MakeRequest(*std::move(tenant), *std::move(graph)));
   }
 
  private:
