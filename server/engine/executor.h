@@ -20,8 +20,10 @@ struct ExecuteOptions {
   // Asked before each node and at the commit: a non-OK status (the deadline passed, the client
   // cancelled) abandons the request.
   std::function<absl::Status()> check_alive;
+#if OPSERVE_TEST_HOOKS
   // Test builds: "op/algorithm" that fails as a faulty kernel would (--test_fail_algorithm).
   std::string fail_algorithm;
+#endif
 };
 
 // What a launched request's queued work uses, held until CompletePlan.
