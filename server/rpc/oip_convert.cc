@@ -65,7 +65,7 @@ class GraphBuilder {
  public:
   GraphBuilder(const ParsedRequest<ModelInferRequest>& parsed, const std::string& tenant,
                ServerCore& core, InferBinding& binding)
-      : parsed_(parsed), req_(parsed.message), tenant_(tenant), core_(core), b_(binding) {}
+      : parsed_(parsed), req_(parsed.message), tenant_(tenant), core_(core), binding_(binding) {}
 
   absl::StatusOr<Graph> Build();
 
@@ -86,7 +86,7 @@ class GraphBuilder {
   const ModelInferRequest& req_;
   const std::string& tenant_;
   ServerCore& core_;
-  InferBinding& b_;
+  InferBinding& binding_;
 };
 
 absl::StatusOr<Graph> GraphBuilder::Build() {
@@ -100,7 +100,7 @@ absl::StatusOr<Graph> GraphBuilder::Build() {
     GraphNode& n = g.nodes.emplace_back();
     n.id = op->name;
     n.op = op->name;
-    n.algorithm = b_.owned.emplace_back(algorithm);
+    n.algorithm = binding_.owned.emplace_back(algorithm);
     for (absl::string_view name : OpInputNames(*op)) {
       inputs.push_back({std::string(name), 0, {}, op});
       n.inputs.push_back({GraphInput::Source::kInline, name});
@@ -117,15 +117,15 @@ absl::StatusOr<Graph> GraphBuilder::Build() {
           "the 'algorithm' parameter picks an op model's algorithm; the nodes of saved graph ",
           Quote(model), " name their own"));
     }
-    b_.saved = *saved;
-    g = convert::GraphFromProto(b_.saved->request);
+    binding_.saved = *saved;
+    g = convert::GraphFromProto(binding_.saved->request);
     g.inlines.clear();
     g.outputs.clear();
-    for (const auto& [name, t] : b_.saved->request.inline_tensors()) {
+    for (const auto& [name, t] : binding_.saved->request.inline_tensors()) {
       inputs.push_back({name, t.dtype(), std::span<const int64_t>(t.shape().data(), t.shape().size())});
     }
     // The template's stored outputs stay; its returned ones are the model's outputs.
-    for (const v1::OutputSpec& o : b_.saved->request.outputs()) {
+    for (const v1::OutputSpec& o : binding_.saved->request.outputs()) {
       if (!o.store_as().empty()) g.outputs.push_back({o.node(), false, o.store_as(), o.overwrite()});
       if (o.return_inline()) model_outputs.emplace_back(o.node(), o.node());
     }
@@ -229,7 +229,7 @@ absl::Status GraphBuilder::AddInput(int i, const ModelInput& model_input, int* r
                                                      meta.DebugString()));
     }
     // The nodes read the stored tensor where they would have read the input.
-    const absl::string_view name = b_.owned.emplace_back(stored);
+    const absl::string_view name = binding_.owned.emplace_back(stored);
     for (GraphNode& n : graph->nodes) {
       for (GraphInput& gi : n.inputs) {
         if (gi.source == GraphInput::Source::kInline && gi.name == in.name()) {
@@ -255,14 +255,14 @@ absl::Status GraphBuilder::AddInput(int i, const ModelInput& model_input, int* r
     } else {
       t.device = r.device;
     }
-    b_.holds.push_back(std::move(r));
+    binding_.holds.push_back(std::move(r));
   } else if (has_contents) {
     if (req_.raw_input_contents_size() > 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           what, " has contents while the request has raw_input_contents: use one or the other"));
     }
     const auto& c = in.contents();
-    std::string& bytes = b_.owned.emplace_back();
+    std::string& bytes = binding_.owned.emplace_back();
     size_t count = 0;
     switch (*dtype) {
       case DType::kFloat32:
@@ -320,7 +320,7 @@ absl::Status GraphBuilder::AddOutputs(
     InferOutput out{o.name(), model_output->second};
     ASSIGN_OR_RETURN(out.region, StringParam(o.parameters(), "shared_memory_region", what));
     ASSIGN_OR_RETURN(out.store_as, StringParam(o.parameters(), "opserve_store_as", what));
-    GraphOutput go{b_.owned.emplace_back(out.node)};
+    GraphOutput go{binding_.owned.emplace_back(out.node)};
     if (!out.region.empty() && !out.store_as.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(what, ": a shared memory region or opserve_store_as, not both"));
     }
@@ -337,10 +337,10 @@ absl::Status GraphBuilder::AddOutputs(
       } else {
         go.device_dest = r.device;
       }
-      b_.holds.push_back(std::move(r));
+      binding_.holds.push_back(std::move(r));
     } else if (!out.store_as.empty()) {
       out.to = InferOutput::To::kStore;
-      go.store_as = b_.owned.emplace_back(out.store_as);
+      go.store_as = binding_.owned.emplace_back(out.store_as);
       const InferParameter* ow = FindParam(o.parameters(), "opserve_overwrite");
       go.overwrite = ow != nullptr && ow->parameter_choice_case() == InferParameter::kBoolParam &&
                      ow->bool_param();
@@ -348,12 +348,12 @@ absl::Status GraphBuilder::AddOutputs(
       go.return_inline = true;
     }
     graph->outputs.push_back(go);
-    b_.outputs.push_back(std::move(out));
+    binding_.outputs.push_back(std::move(out));
   }
   if (req_.outputs_size() == 0) {  // none requested: every output, in the message
     for (const auto& [name, node] : model_outputs) {
-      graph->outputs.push_back({b_.owned.emplace_back(node), true});
-      b_.outputs.push_back({name, node});
+      graph->outputs.push_back({binding_.owned.emplace_back(node), true});
+      binding_.outputs.push_back({name, node});
     }
   }
   return absl::OkStatus();
