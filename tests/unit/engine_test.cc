@@ -157,6 +157,7 @@ TEST(EngineTest, AFullQueueComesBackResourceExhausted) {
   EXPECT_EQ(client.status().code(), absl::StatusCode::kResourceExhausted) << client.status();
   EXPECT_TRUE(absl::StrContains(client.status().message(), "--max_inflight=1")) << client.status();
   release.count_down();
+  f.device->Shutdown();  // the job is done with the latch before it goes
 }
 
 TEST(EngineTest, ACallerGoneBeforeTheLaunchComesBackWithItsStatus) {
