@@ -355,7 +355,7 @@ absl::StatusOr<std::unique_ptr<Metrics>> StartMetrics(const Backend& backend) {
   ASSIGN_OR_RETURN(std::unique_ptr<Metrics> metrics,
                    Metrics::Create(absl::StrCat(absl::GetFlag(FLAGS_host), ":",
                                                 absl::GetFlag(FLAGS_metrics_port)),
-                                   backend.device(), backend.name()));
+                                   backend.device(), backend.name(), MetricRpcNames()));
   for (const OpSpec& op : Ops()) {
     for (const AlgoSpec* algo : AlgorithmsFor(op.name, backend)) {
       metrics->InitKernelSeries(std::string_view(op.name.data(), op.name.size()),
@@ -384,7 +384,7 @@ void WarmUp(Device& device) {
 
 // Refuses new calls, lets those in flight finish (up to --shutdown_grace_seconds), then closes
 // the connections that are left.
-void Drain(grpc::Server& server, const OpServeService& service) {
+void Drain(grpc::Server& server, const ServerCore& core) {
   const auto deadline = std::chrono::system_clock::now() +
                         std::chrono::seconds(absl::GetFlag(FLAGS_shutdown_grace_seconds));
   std::atomic<bool> shut_down{false};
@@ -397,7 +397,7 @@ void Drain(grpc::Server& server, const OpServeService& service) {
   // call a handler accepted is done, close the connections that are left.
   const auto begun = std::chrono::system_clock::now() + std::chrono::milliseconds(50);
   while (!shut_down && std::chrono::system_clock::now() < deadline &&
-         (service.active_calls() > 0 || std::chrono::system_clock::now() < begun)) {
+         (core.active_calls() > 0 || std::chrono::system_clock::now() < begun)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   if (!shut_down) {
@@ -494,8 +494,8 @@ int Run() {
   Device& device = **device_or;
   WarmUp(device);
   TensorStore store;
-  OpServeService service(device, store, metrics.get(), options);
-  service.UpdateStoreGauges();
+  ServerCore core(device, store, metrics.get(), options);
+  core.UpdateStoreGauges();
 
   // A supervisor may signal the moment it sees the listening line: g_serving is set before the
   // line is printed, so such a signal starts the drain (and one sent earlier ended the process).
@@ -503,7 +503,7 @@ int Run() {
   // NOT_SERVING once the health service exists; until then the check after start covers it.
   std::atomic<grpc::HealthCheckServiceInterface*> health_service{nullptr};
   std::atomic<bool> reported_unhealthy{false};
-  service.set_on_unhealthy([&health_service, &reported_unhealthy] {
+  core.set_on_unhealthy([&health_service, &reported_unhealthy] {
     grpc::HealthCheckServiceInterface* h = health_service.load();
     if (h == nullptr) return;
     h->SetServingStatus(false);
@@ -513,7 +513,8 @@ int Run() {
   });
   // The Open Inference Protocol's ServerReady: false from the drain on, or once the device failed.
   std::atomic<bool> draining{false};
-  InferenceService inference(service, [&draining, &device] {
+  OpServeService service(core);
+  InferenceService inference(core, [&draining, &device] {
     return !draining.load() && device.backend().Healthy().ok();
   });
   grpc::EnableDefaultHealthCheckService(true);
@@ -538,7 +539,7 @@ int Run() {
   auto* health = server->GetHealthCheckService();
   health->SetServingStatus(true);
   health_service.store(health);
-  if (!device.backend().Healthy().ok()) service.ReportUnhealthy();  // failed in the warm-up
+  if (!device.backend().Healthy().ok()) core.ReportUnhealthy();  // failed in the warm-up
   g_serving.store(true);  // from here a signal drains instead of ending the process
   std::cerr << "opserve: listening on " << absl::GetFlag(FLAGS_host) << ":" << port << std::endl;
 
@@ -547,7 +548,7 @@ int Run() {
   std::cerr << "opserve: signal " << sig << ", draining" << std::endl;
   health->SetServingStatus(false);
   draining.store(true);
-  Drain(*server, service);
+  Drain(*server, core);
   device.Shutdown();
   if (trace) {  // every call is done: the drain waited for them
     if (absl::Status s = trace->WriteCsv(trace_path); !s.ok()) {

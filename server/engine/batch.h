@@ -1,12 +1,24 @@
-// Dynamic batching, the engine's part: requests of one plan signature that wait for a lane
-// together run as one plan, their nodes one after another, so on the GPU as one CUDA graph (one
-// launch, one wait) instead of one each. Each request keeps its own nodes' kernel times (the
-// graph stamps every node) and outputs; the run's input, compute and output times are shared.
-// The RPC layer forms the batches (server/rpc/graph_batcher.h).
+// Dynamic batching (--max_batch_size), a stage of the engine between planning and the device:
+// requests of one plan signature and tenant that wait for a lane at the same time run as one
+// plan, their nodes one after another, so on the GPU as one CUDA graph (one launch, one wait)
+// instead of one each. The first such request opens a batch and queues it on the device as one
+// job (BatchJob); requests of the same key that arrive while that job still waits for a lane join
+// it, up to the most a batch holds; the lane that takes the job closes it. No request waits for a
+// batch to fill: a batch holds whatever arrived while the lane was busy, as Triton's dynamic
+// batcher does with no queue delay. Each request keeps its own nodes' kernel times (the graph
+// stamps every node) and outputs, and replies on its own; the run's input, compute and output
+// times are shared.
 #pragma once
 
+#include <memory>
+#include <mutex>
 #include <span>
+#include <string>
 #include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "server/engine/device.h"
 
 #include "server/engine/graph.h"
 #include "server/engine/plan.h"
@@ -31,5 +43,30 @@ Plan MergePlans(std::span<const Plan* const> plans);
 // The result of a merged plan's run, back to its members: member i gets its own nodes' reports
 // and returned outputs in its own order, and the run's times; batch_size is the members' count.
 std::vector<ExecuteResult> SplitResult(ExecuteResult merged, std::span<const Plan* const> plans);
+
+class BatchJob;
+class Request;
+
+class Batcher {
+ public:
+  // `max_size` 1 or less: every request runs alone.
+  explicit Batcher(int max_size) : max_size_(max_size) {}
+  int max_size() const { return max_size_; }
+
+  // Queues `request` (planned, Batchable) in the open batch of its key, or opens one and queues
+  // that on `device`. A status: the device refused the new batch, and the request is still the
+  // caller's.
+  absl::Status Join(Request* request, Device& device);
+
+ private:
+  friend class BatchJob;
+  // A lane took `batch`: no request joins it any more.
+  void Close(const std::string& key, const BatchJob* batch);
+
+  const int max_size_;
+  std::mutex mu_;
+  // Per key, the batch whose job waits for a lane.
+  absl::flat_hash_map<std::string, BatchJob*> open_;
+};
 
 }  // namespace opserve

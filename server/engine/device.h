@@ -28,8 +28,9 @@ class Device {
   const Backend& backend() const { return *backend_; }
   // Queues a job on the worker: RESOURCE_EXHAUSTED when the queue is full, UNAVAILABLE once
   // Shutdown began.
+  // The job stays the caller's and must live until its Reply (device_worker.h).
+  absl::Status Submit(DeviceJob* job) { return worker_->Submit(job); }
   absl::Status Submit(DeviceWorker::Job job) { return worker_->Submit(std::move(job)); }
-  absl::Status SubmitAsync(DeviceWorker::AsyncJob job) { return worker_->SubmitAsync(std::move(job)); }
   int queue_depth() const { return worker_->depth(); }
   int lanes() const { return worker_->lanes(); }
   // Runs the jobs already queued, then stops the worker. The backend lives on.

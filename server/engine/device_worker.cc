@@ -42,10 +42,10 @@ void NameThread(std::thread& t, const std::string& name) {
 }  // namespace
 
 // One lane: its contexts, made and destroyed on its launch thread, and the hand-over between
-// its two threads. `mu` orders the slots, the pending finishers and the observer's calls.
+// its two threads. `mu` orders the slots, the jobs launched and the observer's calls.
 struct DeviceWorker::Lane {
   struct Pending {
-    Finisher finish;
+    DeviceJob* job;  // nullptr: the job ended at its launch; only its context comes free
     ExecEnv* env;
   };
 
@@ -53,7 +53,7 @@ struct DeviceWorker::Lane {
   const int index;
   std::mutex mu;
   std::condition_variable slot_freed;  // the launch thread waits for a free context
-  std::condition_variable launched;    // the completion thread waits for a finisher
+  std::condition_variable launched;    // the completion thread waits for a job launched
   std::vector<ExecEnv*> free_slots;
   std::atomic<int> free_count{0};  // free_slots.size(), readable without mu
   std::deque<Pending> pending;
@@ -105,7 +105,7 @@ DeviceWorker::DeviceWorker(Backend& backend, int max_queue, std::chrono::microse
 
 DeviceWorker::~DeviceWorker() { Shutdown(); }
 
-absl::Status DeviceWorker::SubmitAsync(AsyncJob job) {
+absl::Status DeviceWorker::Submit(DeviceJob* job) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return absl::UnavailableError("the server is shutting down");
@@ -115,18 +115,38 @@ absl::Status DeviceWorker::SubmitAsync(AsyncJob job) {
                                                        " requests in flight (--max_inflight=",
                                                        max_queue_, ")"));
     }
-    jobs_.push_back(std::move(job));
+    jobs_.push_back(job);
     queued_.fetch_add(1, std::memory_order_release);
   }
   cv_.notify_one();
   return absl::OkStatus();
 }
 
+namespace {
+
+// A job in one piece: it runs at its launch, and is gone once its context is free.
+class OnePieceJob final : public DeviceJob {
+ public:
+  explicit OnePieceJob(DeviceWorker::Job run) : run_(std::move(run)) {}
+  bool Launch(ExecEnv& env) override {
+    run_(env);
+    return true;
+  }
+  void Complete(ExecEnv&) override {}
+  void Reply() override { delete this; }
+
+ private:
+  ~OnePieceJob() = default;
+  DeviceWorker::Job run_;
+};
+
+}  // namespace
+
 absl::Status DeviceWorker::Submit(Job job) {
-  return SubmitAsync(AsyncJob([job = std::move(job)](ExecEnv& env) -> Finisher {
-    Completion done = job(env);
-    return [done = std::move(done)](ExecEnv&) { return done; };
-  }));
+  auto* one = new OnePieceJob(std::move(job));
+  absl::Status s = Submit(one);
+  if (!s.ok()) one->Reply();  // never queued: gone here
+  return s;
 }
 
 int DeviceWorker::depth() const {
@@ -145,7 +165,7 @@ void DeviceWorker::Shutdown() {
   }
 }
 
-bool DeviceWorker::TakeJob(AsyncJob* job) {
+bool DeviceWorker::TakeJob(DeviceJob** job) {
   // Poll a little before sleeping: a request that arrives within poll_ of the last one starts
   // without a futex wake-up (tens of microseconds on a VM; PERFORMANCE.md).
   PollFor(poll_, [&] {
@@ -155,7 +175,7 @@ bool DeviceWorker::TakeJob(AsyncJob* job) {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
   if (jobs_.empty()) return false;  // stopping, and everything queued has been taken
-  *job = std::move(jobs_.front());
+  *job = jobs_.front();
   jobs_.pop_front();
   queued_.fetch_sub(1, std::memory_order_relaxed);
   ++running_;
@@ -190,7 +210,7 @@ void DeviceWorker::LaunchLoop(Lane& lane, int completion_threads, int contexts,
       std::unique_lock<std::mutex> lock(lane.mu);
       lane.slot_freed.wait(lock, [&] { return !lane.free_slots.empty(); });
     }
-    AsyncJob job;
+    DeviceJob* job = nullptr;
     if (!TakeJob(&job)) break;
     // Only this thread takes slots, so one is still free. The one freed last is taken: its
     // staging is warm and, for back-to-back requests, its graph cache holds their graph.
@@ -203,11 +223,10 @@ void DeviceWorker::LaunchLoop(Lane& lane, int completion_threads, int contexts,
       ++lane.in_flight;
       if (observer_) observer_(lane.index, lane.in_flight);
     }
-    Finisher finish = job(*env);
-    job = nullptr;
+    const bool launched = job->Launch(*env);
     {
       std::lock_guard<std::mutex> lock(lane.mu);
-      lane.pending.push_back({std::move(finish), env});
+      lane.pending.push_back({launched ? job : nullptr, env});
       lane.pending_count.fetch_add(1, std::memory_order_release);
     }
     lane.launched.notify_one();
@@ -238,8 +257,7 @@ void DeviceWorker::CompletionLoop(Lane& lane) {
       lane.pending.pop_front();
       lane.pending_count.fetch_sub(1, std::memory_order_relaxed);
     }
-    Completion done = p.finish ? p.finish(*p.env) : nullptr;
-    p.finish = nullptr;  // what the job held (a plan, its tensors) goes before the reply
+    if (p.job != nullptr) p.job->Complete(*p.env);  // what the job held goes before the reply
     {
       std::lock_guard<std::mutex> lock(lane.mu);
       lane.free_slots.push_back(p.env);
@@ -252,7 +270,7 @@ void DeviceWorker::CompletionLoop(Lane& lane) {
       std::lock_guard<std::mutex> lock(mu_);
       --running_;
     }
-    if (done) done();
+    if (p.job != nullptr) p.job->Reply();
   }
 }
 

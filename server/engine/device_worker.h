@@ -27,6 +27,27 @@
 
 namespace opserve {
 
+// What a lane runs: a job in three stages, each on the thread named. A request that runs a graph
+// is one (request.h), and so is a batch of them (batch.h).
+class DeviceJob {
+ public:
+  // On a lane's launch thread, with one of the lane's contexts: queues the job's device work on
+  // `env` without waiting for it. False: the job already ended here and is gone (nothing to
+  // complete or reply; its context still comes free through a completion thread).
+  virtual bool Launch(ExecEnv& env) = 0;
+  // On one of the lane's completion threads, with the same context: waits for the work Launch
+  // queued and finishes the job. What the job holds on the device goes here.
+  virtual void Complete(ExecEnv& env) = 0;
+  // Once the job's queue slot and context are free, on the same completion thread: the job's
+  // answer goes out (the reply to the client). Replying earlier would let the client's next
+  // request arrive while this one still counts against --max_inflight. The job may be gone
+  // once it returns.
+  virtual void Reply() = 0;
+
+ protected:
+  ~DeviceJob() = default;
+};
+
 class DeviceWorker {
  public:
   // Requests a lane may have queued on its stream at once by default. A context is held from
@@ -39,16 +60,8 @@ class DeviceWorker {
   // Completion threads per lane by default; see Start.
   static constexpr int kDefaultCompletionThreads = 2;
 
-  // What runs once a job's queue slot is free: the reply to the client. Replying earlier would
-  // let the client's next request arrive while this one still counts against --max_inflight.
-  using Completion = std::function<void()>;
-  // The second half of a job, on the lane's completion thread with the same context: waits for
-  // the device work the first half queued, then finishes (timings, outputs, the commit).
-  using Finisher = std::function<Completion(ExecEnv&)>;
-  // A job in two halves: queues device work on the context and returns its finisher.
-  using AsyncJob = std::function<Finisher(ExecEnv&)>;
-  // A job in one piece (warm-up, tests): runs on the launch thread, waits for its own work.
-  using Job = std::function<Completion(ExecEnv&)>;
+  // A job in one piece (warm-up, tests): runs on the launch thread and waits for its own work.
+  using Job = std::function<void(ExecEnv&)>;
 
   // Called with (lane, jobs in flight on it: 0 to the contexts per lane) whenever a lane starts or ends
   // a job; for the metrics. Runs on the lane's threads, in the order of the changes.
@@ -68,9 +81,10 @@ class DeviceWorker {
       int contexts = kDefaultContextsPerLane);
   ~DeviceWorker();
 
-  // Queues a job. RESOURCE_EXHAUSTED when `max_queue` jobs are already waiting or in flight;
-  // UNAVAILABLE after Shutdown began.
-  absl::Status SubmitAsync(AsyncJob job);
+  // Queues a job; it stays the caller's, and must live until its Reply. RESOURCE_EXHAUSTED when
+  // `max_queue` jobs are already waiting or in flight; UNAVAILABLE after Shutdown began.
+  absl::Status Submit(DeviceJob* job);
+  // Queues a job in one piece, wrapped in a DeviceJob of its own.
   absl::Status Submit(Job job);
   // Runs every job already queued, then stops the threads.
   void Shutdown();
@@ -81,7 +95,7 @@ class DeviceWorker {
   struct Lane;
   DeviceWorker(Backend& backend, int max_queue, std::chrono::microseconds poll,
                LaneObserver observer);
-  bool TakeJob(AsyncJob* job);
+  bool TakeJob(DeviceJob** job);
   void LaunchLoop(Lane& lane, int completion_threads, int contexts,
                   std::promise<absl::Status>* started);
   void CompletionLoop(Lane& lane);
@@ -92,7 +106,7 @@ class DeviceWorker {
   const LaneObserver observer_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<AsyncJob> jobs_;
+  std::deque<DeviceJob*> jobs_;
   std::atomic<int> queued_{0};  // jobs_.size(), readable without mu_
   int running_ = 0;  // jobs taken and not yet finished, on all lanes
   // Written under mu_ (so Submit and the wait see it in order with the queue); atomic so that the

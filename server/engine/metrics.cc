@@ -13,6 +13,7 @@
 #include <functional>
 #include <iostream>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -34,12 +35,6 @@
 namespace opserve {
 namespace {
 
-// The RPCs of opserve.v1.OpServe, and the Open Inference Protocol's ModelInfer. Their children
-// exist from start-up, so that rate() and the alert rules see a 0 rather than no series before
-// the first request (or the first error). The protocol's other RPCs appear at their first call.
-constexpr std::array<std::string_view, 10> kRpcs = {
-    "PutTensor", "GetTensor", "DeleteTensor", "ListTensors", "Execute",
-    "ListOps",   "SaveGraph", "DeleteGraph",  "ListGraphs",  "ModelInfer"};
 constexpr std::array<std::string_view, 2> kDirections = {"upload", "download"};
 constexpr std::array<std::string_view, 4> kGraphResults = {"hit", "rebound", "miss", "direct"};
 
@@ -49,7 +44,7 @@ constexpr size_t kMaxRpcs = 32;
 constexpr size_t kMaxKernelSeries = 256;  // (op, algorithm) pairs; the table has about 30
 constexpr size_t kMaxDirections = 8;
 constexpr std::string_view kOverflowLabel = "other";
-static_assert(kRpcs.size() < kMaxRpcs && kDirections.size() < kMaxDirections);
+static_assert(kDirections.size() < kMaxDirections);
 
 // gRPC's codes are 0 (OK) .. 16 (UNAUTHENTICATED); absl::StatusCode uses the same numbers.
 constexpr int kNumCodes = 17;
@@ -169,7 +164,7 @@ struct Metrics::Impl {
   // Declared last so that it is destroyed first: no scrape can run into a half-destroyed Impl.
   std::unique_ptr<prometheus::Exposer> exposer;
 
-  void Build(const std::string& backend);
+  void Build(const std::string& backend, std::span<const std::string> rpcs);
   KernelSeries& Kernel(std::string_view op, std::string_view algorithm);  // requires mu
   // The entry's key is the label actually used ("other" once the bound is reached).
   std::pair<const std::string, RpcSeries>& Rpc(std::string_view rpc);      // requires mu
@@ -178,7 +173,7 @@ struct Metrics::Impl {
   prometheus::Counter* Direction(std::string_view direction);  // requires mu
 };
 
-void Metrics::Impl::Build(const std::string& backend) {
+void Metrics::Impl::Build(const std::string& backend, std::span<const std::string> rpcs) {
   kernel_seconds = &prometheus::BuildCounter()
                         .Name("opserve_kernel_seconds_total")
                         .Help("Kernel time of executed nodes, from device events (CPU: wall time).")
@@ -263,9 +258,10 @@ void Metrics::Impl::Build(const std::string& backend) {
       .Set(1);
 
   const std::lock_guard<std::mutex> lock(mu);
-  // Every code of every known RPC: a series first seen at 1 hides its first increase from
-  // rate(), so a lone INTERNAL would never reach the error ratio. 10 x 17 series, no more.
-  for (std::string_view rpc : kRpcs) {
+  // Every code of every RPC the edge names: a series first seen at 1 hides its first increase
+  // from rate(), so a lone INTERNAL would never reach the error ratio. The server names 10 RPCs:
+  // 10 x 17 series, no more.
+  for (std::string_view rpc : rpcs) {
     auto& entry = Rpc(rpc);
     for (int code = 0; code < kNumCodes; ++code) {
       Requests(entry, static_cast<absl::StatusCode>(code));
@@ -327,12 +323,13 @@ prometheus::Counter* Metrics::Impl::Direction(std::string_view direction) {
 
 absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const std::string& bind_address,
                                                          const std::string& device,
-                                                         const std::string& backend) {
+                                                         const std::string& backend,
+                                                         std::span<const std::string> rpcs) {
   auto impl = std::make_unique<Impl>();
   // An empty label value is the same as no label in PromQL, which would break joins on device.
   impl->device = device.empty() ? "unknown" : device;
   try {
-    impl->Build(backend.empty() ? "unknown" : backend);
+    impl->Build(backend.empty() ? "unknown" : backend, rpcs);
   } catch (const std::exception& e) {
     // prometheus-cpp throws on invalid names; ours are literals, so this is a programming error,
     // but the server still gets a Status rather than an exception.

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -16,10 +17,12 @@ namespace opserve {
 class Metrics {
  public:
   // Starts the exposer on `bind_address` (e.g. "0.0.0.0:9464"). An empty address builds the
-  // families but serves nothing (tests, tools). `device` labels device-scoped series.
+  // families but serves nothing (tests, tools). `device` labels device-scoped series. Every
+  // code of each of `rpcs` (the edge's RPC names) has its request series from the start.
   static absl::StatusOr<std::unique_ptr<Metrics>> Create(const std::string& bind_address,
                                                          const std::string& device,
-                                                         const std::string& backend);
+                                                         const std::string& backend,
+                                                         std::span<const std::string> rpcs);
   ~Metrics();
 
   // Makes the kernel series of (op, algorithm) exist at 0 in every kernel family. The server

@@ -81,10 +81,9 @@ absl::StatusOr<int> WarmUpKernels(Device& device) {
   int submitted = 0;
   for (; submitted < lanes; ++submitted) {
     const int i = submitted;
-    status = device.Submit([&, i](ExecEnv& env) -> DeviceWorker::Completion {
+    status = device.Submit([&, i](ExecEnv& env) {
       all_taken.arrive_and_wait();
       results[i].set_value(RunAll(device.backend(), env));
-      return nullptr;
     });
     if (!status.ok()) {
       all_taken.count_down(lanes - i);  // release the jobs already taken

@@ -1,6 +1,10 @@
 #include "server/rpc/convert.h"
 
+#include <optional>
 #include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "server/rpc/lifted_parse.h"
 
 namespace opserve::convert {
 namespace {
@@ -57,6 +61,34 @@ Graph GraphFromProto(const v1::ExecuteRequest& request) {
   }
   for (const v1::OutputSpec& o : request.outputs()) {
     g.outputs.push_back({o.node(), o.return_inline(), o.store_as(), o.overwrite()});
+  }
+  return g;
+}
+
+absl::StatusOr<Graph> GraphFromExecute(const ParsedRequest<v1::ExecuteRequest>& parsed,
+                                       SharedMemoryRegistry& regions, const std::string& tenant,
+                                       std::vector<RegionRange>* holds) {
+  const v1::ExecuteRequest& req = parsed.message;
+  Graph g = GraphFromProto(req);
+  for (GraphInline& t : g.inlines) {
+    const v1::Tensor& proto = req.inline_tensors().at(std::string(t.name));
+    const std::optional<absl::string_view> lifted = LiftedByKey(parsed.lifted, t.name);
+    if (lifted) t.data = *lifted;
+    if (!proto.has_shm()) continue;
+    const std::string what = absl::StrCat("inline tensor ", Quote(t.name));
+    if (!proto.data().empty() || lifted) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": give its bytes in data or in a shared memory region, not both"));
+    }
+    const v1::SharedMemoryRef& shm = proto.shm();
+    auto r = ResolveRegion(regions, tenant, shm.region(), shm.offset(), shm.byte_size());
+    if (!r.ok()) return absl::Status(r.status().code(), absl::StrCat(what, ": ", r.status().message()));
+    if (r->host != nullptr) {
+      t.data = absl::string_view(r->host, shm.byte_size());
+    } else {
+      t.device = r->device;  // the plan checks the size against the shape either way
+    }
+    holds->push_back(*std::move(r));
   }
   return g;
 }

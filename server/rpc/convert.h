@@ -1,18 +1,30 @@
-// The only place where protobuf messages become engine types and engine results become
-// responses. Handlers call these; nothing below server/rpc/ sees a .pb.h.
+// opserve.v1's conversions: its messages become engine types and engine results become its
+// responses, here and nowhere else. The Open Inference Protocol has its own (oip_convert.h); both
+// produce the same Graph. Nothing below server/rpc/ sees a .pb.h.
 #pragma once
 
 #include <string>
+#include <vector>
 
+#include "absl/status/statusor.h"
 #include "opserve/v1/opserve.pb.h"
 #include "server/engine/backend.h"
 #include "server/engine/graph.h"
 #include "server/engine/tensor_store.h"
+#include "server/rpc/request_parsing.h"
+#include "server/rpc/shared_memory.h"
 
 namespace opserve::convert {
 
-// The request's graph. It views the request (see graph.h): keep the request alive with it.
+// The request's graph as sent. It views the request (see graph.h): keep the request alive with it.
 Graph GraphFromProto(const v1::ExecuteRequest& request);
+
+// An Execute call's graph for `tenant`: GraphFromProto, with each large inline tensor read where
+// it was received (`parsed.lifted`) and each inline tensor in a shared-memory region read there,
+// its range held in `holds` until the device is done with it.
+absl::StatusOr<Graph> GraphFromExecute(const ParsedRequest<v1::ExecuteRequest>& parsed,
+                                       SharedMemoryRegistry& regions, const std::string& tenant,
+                                       std::vector<RegionRange>* holds);
 
 // Nodes, returned outputs (their bytes moved), stored tensors and the engine's timings. The
 // caller sets queue_us and total_us, which the engine does not see.

@@ -24,14 +24,14 @@ v1::ExecuteRequest WithSizes(const v1::ExecuteRequest& graph, int64_t any) {
 }
 
 absl::StatusOr<Plan> PlanWithSizes(const v1::ExecuteRequest& graph, int64_t any,
-                                   OpServeService& svc, const std::string& tenant) {
+                                   ServerCore& svc, const std::string& tenant) {
   const v1::ExecuteRequest sized = WithSizes(graph, any);
   Graph g = convert::GraphFromProto(sized);
   g.shapes_only = true;
   return BuildPlan(g, svc.backend(), svc.store(), svc.options().limits, tenant);
 }
 
-absl::StatusOr<SavedGraphPtr> MakeSavedGraph(const v1::SaveGraphRequest& req, OpServeService& svc,
+absl::StatusOr<SavedGraphPtr> MakeSavedGraph(const v1::SaveGraphRequest& req, ServerCore& svc,
                                              const std::string& tenant) {
   const std::string& name = req.name();
   RETURN_IF_ERROR(CheckTensorName(name, "saved graph"));
@@ -93,13 +93,13 @@ grpc::ServerUnaryReactor* OpServeService::SaveGraph(grpc::CallbackServerContext*
                                                     v1::SaveGraphResponse* resp) {
   const auto start = std::chrono::steady_clock::now();
   const absl::Status s = [&]() -> absl::Status {
-    ASSIGN_OR_RETURN(const std::string tenant, Authenticate(ctx));
-    ASSIGN_OR_RETURN(SavedGraphPtr saved, MakeSavedGraph(*req, *this, tenant));
-    RETURN_IF_ERROR(graphs_.Insert(tenant, req->name(), saved, req->overwrite()));
+    ASSIGN_OR_RETURN(const std::string tenant, core_.Authenticate(ctx));
+    ASSIGN_OR_RETURN(SavedGraphPtr saved, MakeSavedGraph(*req, core_, tenant));
+    RETURN_IF_ERROR(core_.graphs().Insert(tenant, req->name(), saved, req->overwrite()));
     *resp->mutable_info() = saved->info;
     return absl::OkStatus();
   }();
-  RecordRpc("SaveGraph", s, start);
+  core_.RecordRpc("SaveGraph", s, start);
   auto* reactor = ctx->DefaultReactor();
   reactor->Finish(ToGrpcStatus(s));
   return reactor;
@@ -110,13 +110,13 @@ grpc::ServerUnaryReactor* OpServeService::DeleteGraph(grpc::CallbackServerContex
                                                       v1::DeleteGraphResponse* resp) {
   const auto start = std::chrono::steady_clock::now();
   const absl::Status s = [&]() -> absl::Status {
-    ASSIGN_OR_RETURN(const std::string tenant, Authenticate(ctx));
+    ASSIGN_OR_RETURN(const std::string tenant, core_.Authenticate(ctx));
     if (req->name().empty()) return absl::InvalidArgumentError("DeleteGraph: the name is empty");
-    ASSIGN_OR_RETURN(auto erased, graphs_.Erase(tenant, req->name()));
+    ASSIGN_OR_RETURN(auto erased, core_.graphs().Erase(tenant, req->name()));
     *resp->mutable_info() = erased.front()->info;
     return absl::OkStatus();
   }();
-  RecordRpc("DeleteGraph", s, start);
+  core_.RecordRpc("DeleteGraph", s, start);
   auto* reactor = ctx->DefaultReactor();
   reactor->Finish(ToGrpcStatus(s));
   return reactor;
@@ -126,11 +126,11 @@ grpc::ServerUnaryReactor* OpServeService::ListGraphs(grpc::CallbackServerContext
                                                      const v1::ListGraphsRequest*,
                                                      v1::ListGraphsResponse* resp) {
   const auto start = std::chrono::steady_clock::now();
-  auto tenant = Authenticate(ctx);
+  auto tenant = core_.Authenticate(ctx);
   if (tenant.ok()) {
-    for (const auto& [name, g] : graphs_.List(*tenant)) *resp->add_graphs() = g->info;
+    for (const auto& [name, g] : core_.graphs().List(*tenant)) *resp->add_graphs() = g->info;
   }
-  RecordRpc("ListGraphs", tenant.status(), start);
+  core_.RecordRpc("ListGraphs", tenant.status(), start);
   auto* reactor = ctx->DefaultReactor();
   reactor->Finish(ToGrpcStatus(tenant.status()));
   return reactor;

@@ -3,8 +3,10 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "common/dtype.h"
 #include "common/status_macros.h"
 #include "server/rpc/grpc_status.h"
+#include "server/rpc/oip_convert.h"
 
 #ifndef OPSERVE_VERSION
 #define OPSERVE_VERSION "unknown"
@@ -12,20 +14,6 @@
 
 namespace opserve {
 namespace {
-
-constexpr struct {
-  absl::string_view name;
-  DType dtype;
-} kDatatypes[] = {{"FP32", DType::kFloat32},
-                  {"INT32", DType::kInt32},
-                  {"INT64", DType::kInt64},
-                  {"BF16", DType::kBFloat16}};
-
-// An op model's input names, by arity.
-std::vector<std::string> OpInputs(const OpSpec& op) {
-  if (op.arity == 1) return {"x"};
-  return {"a", "b"};
-}
 
 // The metadata of an op model, from the table: each input with the first dtype the device runs
 // and the rank of the op's typical shapes, every dimension -1; the output as the op infers it.
@@ -39,19 +27,19 @@ void OpMetadata(const OpSpec& op, const Backend& backend, inference::ModelMetada
     if (c.front().size() > best->front().size()) best = &c;
   }
   const std::vector<std::vector<int64_t>>& shapes = *best;
-  const std::vector<std::string> names = OpInputs(op);
+  const std::span<const absl::string_view> names = oip::OpInputNames(op);
   std::vector<TensorMeta> metas;
   for (size_t i = 0; i < names.size(); ++i) {
     auto* in = resp->add_inputs();
-    in->set_name(names[i]);
-    in->set_datatype(std::string(DatatypeName(dtype)));
+    in->set_name(std::string(names[i]));
+    in->set_datatype(std::string(OipName(dtype)));
     for (size_t d = 0; d < shapes[i].size(); ++d) in->add_shape(-1);
     metas.push_back(TensorMeta{dtype, shapes[i]});
   }
   auto* out = resp->add_outputs();
-  out->set_name("y");
+  out->set_name(std::string(oip::kOpOutputName));
   if (auto meta = op.infer(metas); meta.ok()) {
-    out->set_datatype(std::string(DatatypeName(meta->dtype)));
+    out->set_datatype(std::string(OipName(meta->dtype)));
     for (size_t d = 0; d < meta->shape.size(); ++d) out->add_shape(-1);
   }
 }
@@ -66,41 +54,21 @@ absl::Status NeedsCuda(const Backend& backend) {
 void GraphTensorMetadata(const v1::GraphTensor& t,
                          inference::ModelMetadataResponse::TensorMetadata* m) {
   m->set_name(t.name());
-  m->set_datatype(std::string(DatatypeName(static_cast<DType>(t.dtype()))));
+  m->set_datatype(std::string(OipName(static_cast<DType>(t.dtype()))));
   *m->mutable_shape() = t.shape();
 }
 
 }  // namespace
 
-absl::string_view DatatypeName(DType dtype) {
-  for (const auto& d : kDatatypes) {
-    if (d.dtype == dtype) return d.name;
-  }
-  return "INVALID";
-}
-
-std::optional<DType> DatatypeFromName(absl::string_view name) {
-  for (const auto& d : kDatatypes) {
-    if (d.name == name) return d.dtype;
-  }
-  return std::nullopt;
-}
-
-absl::Status CheckModelVersion(absl::string_view model, absl::string_view version) {
-  if (version.empty() || version == "1") return absl::OkStatus();
-  return absl::NotFoundError(absl::StrCat("model ", Quote(model), " has no version ",
-                                          Quote(version), "; its one version is '1'"));
-}
-
-InferenceService::InferenceService(OpServeService& ops, std::function<bool()> ready)
-    : ParsedService("inference.GRPCInferenceService"), ops_(ops), ready_(std::move(ready)) {
+InferenceService::InferenceService(ServerCore& core, std::function<bool()> ready)
+    : ParsedService("inference.GRPCInferenceService"), core_(core), ready_(std::move(ready)) {
   ParseUnary("ServerLive", &InferenceService::ServerLive);
   ParseUnary("ServerReady", &InferenceService::ServerReady);
   ParseUnary("ModelReady", &InferenceService::ModelReady);
   ParseUnary("ServerMetadata", &InferenceService::ServerMetadata);
   ParseUnary("ModelMetadata", &InferenceService::ModelMetadata);
   ParseUnaryLifting("ModelInfer", {inference::ModelInferRequest::kRawInputContentsFieldNumber},
-                    ops.receive_pool(), &InferenceService::ModelInfer);
+                    core.receive_pool(), &InferenceService::ModelInfer);
   ParseUnary("RepositoryIndex", &InferenceService::RepositoryIndex);
   ParseUnary("SystemSharedMemoryStatus", &InferenceService::SystemSharedMemoryStatus);
   ParseUnary("SystemSharedMemoryRegister", &InferenceService::SystemSharedMemoryRegister);
@@ -114,9 +82,9 @@ grpc::ServerUnaryReactor* InferenceService::Unary(
     grpc::CallbackServerContext* ctx, absl::string_view rpc,
     const std::function<absl::Status(const std::string&)>& body) {
   const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<std::string> tenant = ops_.Authenticate(ctx);
+  absl::StatusOr<std::string> tenant = core_.Authenticate(ctx);
   const absl::Status s = tenant.ok() ? body(*tenant) : tenant.status();
-  ops_.RecordRpc(rpc, s, start);
+  core_.RecordRpc(rpc, s, start);
   auto* reactor = ctx->DefaultReactor();
   reactor->Finish(ToGrpcStatus(s));
   return reactor;
@@ -145,9 +113,9 @@ grpc::ServerUnaryReactor* InferenceService::ModelReady(grpc::CallbackServerConte
                                                        const inference::ModelReadyRequest* req,
                                                        inference::ModelReadyResponse* resp) {
   return Unary(ctx, "ModelReady", [&](const std::string& tenant) -> absl::Status {
-    RETURN_IF_ERROR(CheckModelVersion(req->name(), req->version()));
+    RETURN_IF_ERROR(oip::CheckModelVersion(req->name(), req->version()));
     if (FindOp(req->name()) == nullptr) {
-      auto saved = ops_.graphs().Find(tenant, req->name());
+      auto saved = core_.graphs().Find(tenant, req->name());
       if (!saved.ok()) return absl::NotFoundError(absl::StrCat("no model ", Quote(req->name())));
     }
     resp->set_ready(ready_());
@@ -162,7 +130,7 @@ grpc::ServerUnaryReactor* InferenceService::ServerMetadata(grpc::CallbackServerC
     resp->set_name("opserve");
     resp->set_version(OPSERVE_VERSION);
     resp->add_extensions("system_shared_memory");
-    if (ops_.backend().name() == "cuda") resp->add_extensions("cuda_shared_memory");
+    if (core_.backend().name() == "cuda") resp->add_extensions("cuda_shared_memory");
     resp->add_extensions("opserve_saved_graphs");
     resp->add_extensions("opserve_stored_tensors");
     return absl::OkStatus();
@@ -173,14 +141,14 @@ grpc::ServerUnaryReactor* InferenceService::ModelMetadata(grpc::CallbackServerCo
                                                           const inference::ModelMetadataRequest* req,
                                                           inference::ModelMetadataResponse* resp) {
   return Unary(ctx, "ModelMetadata", [&](const std::string& tenant) -> absl::Status {
-    RETURN_IF_ERROR(CheckModelVersion(req->name(), req->version()));
+    RETURN_IF_ERROR(oip::CheckModelVersion(req->name(), req->version()));
     resp->set_name(req->name());
     resp->add_versions("1");
     if (const OpSpec* op = FindOp(req->name()); op != nullptr) {
-      OpMetadata(*op, ops_.backend(), resp);
+      OpMetadata(*op, core_.backend(), resp);
       return absl::OkStatus();
     }
-    auto saved = ops_.graphs().Find(tenant, req->name());
+    auto saved = core_.graphs().Find(tenant, req->name());
     if (!saved.ok()) return absl::NotFoundError(absl::StrCat("no model ", Quote(req->name())));
     resp->set_platform("opserve_graph");
     for (const auto& t : (*saved)->info.inputs()) GraphTensorMetadata(t, resp->add_inputs());
@@ -202,7 +170,7 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(
       if (!ready) m->set_reason("the server is draining or its device failed");
     };
     for (const OpSpec& op : Ops()) add(std::string(op.name));
-    for (const auto& [name, g] : ops_.graphs().List(tenant)) add(name);
+    for (const auto& [name, g] : core_.graphs().List(tenant)) add(name);
     return absl::OkStatus();
   });
 }
@@ -239,7 +207,7 @@ grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryRegister(
           absl::StrCat("system shared memory region ", Quote(req->name()), " is already registered"));
     }
     ASSIGN_OR_RETURN(auto region,
-                     SystemRegion::Map(ops_.backend(), req->key(), req->offset(), req->byte_size()));
+                     SystemRegion::Map(core_.backend(), req->key(), req->offset(), req->byte_size()));
     return regions().system.Insert(tenant, req->name(), std::move(region));
   });
 }
@@ -270,7 +238,7 @@ grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryStatus(
     grpc::CallbackServerContext* ctx, const inference::CudaSharedMemoryStatusRequest* req,
     inference::CudaSharedMemoryStatusResponse* resp) {
   return Unary(ctx, "CudaSharedMemoryStatus", [&](const std::string& tenant) -> absl::Status {
-    RETURN_IF_ERROR(NeedsCuda(ops_.backend()));
+    RETURN_IF_ERROR(NeedsCuda(core_.backend()));
     auto listed = regions().cuda.List(tenant, req->name());
     if (!req->name().empty() && listed.empty()) {
       return absl::NotFoundError(absl::StrCat("no CUDA shared memory region ", Quote(req->name())));
@@ -289,7 +257,7 @@ grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryRegister(
     grpc::CallbackServerContext* ctx, const inference::CudaSharedMemoryRegisterRequest* req,
     inference::CudaSharedMemoryRegisterResponse*) {
   return Unary(ctx, "CudaSharedMemoryRegister", [&](const std::string& tenant) -> absl::Status {
-    RETURN_IF_ERROR(NeedsCuda(ops_.backend()));
+    RETURN_IF_ERROR(NeedsCuda(core_.backend()));
     RETURN_IF_ERROR(CheckTensorName(req->name(), "CUDA shared memory region"));
     if (regions().cuda.Find(tenant, req->name()).ok()) {
       return absl::AlreadyExistsError(
@@ -303,7 +271,7 @@ grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryRegister(
     region->device_id = req->device_id();
     region->byte_size = req->byte_size();
     auto buffer =
-        ops_.backend().OpenSharedDeviceMemory(req->raw_handle(), req->device_id(), req->byte_size());
+        core_.backend().OpenSharedDeviceMemory(req->raw_handle(), req->device_id(), req->byte_size());
     if (!buffer.ok()) {
       return absl::Status(buffer.status().code(),
                           absl::StrCat("CUDA shared memory region ", Quote(req->name()), ": ",
@@ -318,7 +286,7 @@ grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryUnregister(
     grpc::CallbackServerContext* ctx, const inference::CudaSharedMemoryUnregisterRequest* req,
     inference::CudaSharedMemoryUnregisterResponse*) {
   return Unary(ctx, "CudaSharedMemoryUnregister", [&](const std::string& tenant) {
-    RETURN_IF_ERROR(NeedsCuda(ops_.backend()));
+    RETURN_IF_ERROR(NeedsCuda(core_.backend()));
     return regions().cuda.Erase(tenant, req->name(), RefuseIfInUse<CudaRegion>).status();
   });
 }

@@ -1,18 +1,17 @@
 // inference.GRPCInferenceService: the Open Inference Protocol (KServe v2) with Triton's
-// shared-memory extensions, beside opserve.v1.OpServe on the same port, engine, store, limits,
-// tokens and metrics (it runs through the same OpServeService). Ops are models of version "1"
-// (inputs `x`, or `a` and `b`; output `y`), and so are the tenant's saved graphs (SaveGraph).
-// README.md's "Open Inference Protocol" section is the user's view.
+// shared-memory extensions, beside opserve.v1.OpServe on the same port and the same core
+// (server_core.h: engine, store, limits, tokens, regions, metrics). Ops are models of version
+// "1" (inputs `x`, or `a` and `b`; output `y`), and so are the tenant's saved graphs
+// (SaveGraph). ModelInfer's conversions are oip_convert.h's. README.md's "Open Inference
+// Protocol" section is the user's view.
 #pragma once
 
 #include <functional>
-#include <optional>
 #include <string>
 
 #include "inference/grpc_service.grpc.pb.h"
 #include "server/rpc/parsed_service.h"
-#include "server/rpc/service.h"
-#include "server/rpc/shared_memory.h"
+#include "server/rpc/server_core.h"
 
 namespace opserve {
 
@@ -20,7 +19,7 @@ class InferenceService final
     : public ParsedService<InferenceService, inference::GRPCInferenceService::CallbackService> {
  public:
   // `ready`: whether the server takes work (not draining, the device healthy).
-  InferenceService(OpServeService& ops, std::function<bool()> ready);
+  InferenceService(ServerCore& core, std::function<bool()> ready);
 
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* ctx,
                                        const inference::ServerLiveRequest* req,
@@ -66,11 +65,8 @@ class InferenceService final
 
   absl::Status RefuseUnparsed(grpc::CallbackServerContext* ctx, absl::string_view rpc,
                               const absl::Status& parse) {
-    return ops_.RefuseUnparsed(ctx, rpc, parse);
+    return core_.RefuseUnparsed(ctx, rpc, parse);
   }
-
-  OpServeService& ops() { return ops_; }
-  SharedMemoryRegistry& regions() { return ops_.regions(); }
 
  private:
   // Runs `body` for the caller's tenant (UNAUTHENTICATED first when the token is wrong), counts
@@ -78,15 +74,10 @@ class InferenceService final
   grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, absl::string_view rpc,
                                   const std::function<absl::Status(const std::string&)>& body);
 
-  OpServeService& ops_;
+  SharedMemoryRegistry& regions() { return core_.regions(); }
+
+  ServerCore& core_;
   const std::function<bool()> ready_;
 };
-
-// The protocol's datatype names of opserve's dtypes: FP32, INT32, INT64, BF16.
-absl::string_view DatatypeName(DType dtype);
-std::optional<DType> DatatypeFromName(absl::string_view name);
-
-// "" and "1" name an op model's or saved graph's one version; NOT_FOUND for any other.
-absl::Status CheckModelVersion(absl::string_view model, absl::string_view version);
 
 }  // namespace opserve

@@ -77,7 +77,7 @@ struct ParsedRequest {
   ReceivePool* lift_pool = nullptr;
   const LiftPath* lift_path = nullptr;
   // Mutable: the call gives the blocks back as soon as the device is done with them
-  // (GraphCall::ReleaseInputs), before the response, for the next request to reuse.
+  // (the graph calls' Reply), before the response, for the next request to reuse.
   mutable std::vector<LiftedEntry> lifted;
   void ReleaseLifted() const {
     lifted.clear();

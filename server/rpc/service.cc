@@ -9,62 +9,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double MicrosSince(Clock::time_point t) {
-  return std::chrono::duration<double, std::micro>(Clock::now() - t).count();
-}
-
-// The server's deadline is the client's timeout counted from the request's arrival, so it lies
-// later than the client's own by the request's transit: the client's cancel at its deadline
-// reaches a server whose clock has not got there yet. 20 ms covered the ASan build; a TSan build
-// of the server (CI) took longer than that to receive a request.
-constexpr std::chrono::milliseconds kDeadlineSlack{100};
-
 }  // namespace
-
-absl::Status CheckCallAlive(grpc::CallbackServerContext* ctx) {
-  // The deadline first: gRPC also marks an expired call cancelled.
-  const auto now = std::chrono::system_clock::now();
-  if (now > ctx->deadline()) return absl::DeadlineExceededError("the request's deadline passed");
-  if (ctx->IsCancelled()) {
-    // A cancellation this close to the deadline is the client's deadline (kDeadlineSlack), or
-    // gRPC's timer firing a moment before this clock gets there.
-    if (now + kDeadlineSlack >= ctx->deadline()) {
-      return absl::DeadlineExceededError("the request's deadline passed");
-    }
-    return absl::CancelledError("the client cancelled the request");
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::string> OpServeService::Authenticate(grpc::CallbackServerContext* ctx) const {
-  if (options_.tokens.empty()) return std::string();
-  const auto& md = ctx->client_metadata();
-  auto it = md.find("authorization");
-  if (it == md.end()) {
-    return absl::UnauthenticatedError("missing 'authorization: Bearer <token>' metadata");
-  }
-  const absl::string_view value(it->second.data(), it->second.size());
-  constexpr absl::string_view kBearer = "Bearer ";
-  if (value.substr(0, kBearer.size()) != kBearer) {
-    return absl::UnauthenticatedError("the authorization metadata is not 'Bearer <token>'");
-  }
-  auto tenant = options_.tokens.find(std::string(value.substr(kBearer.size())));
-  if (tenant == options_.tokens.end()) return absl::UnauthenticatedError("unknown bearer token");
-  return tenant->second;
-}
-
-void OpServeService::RecordRpc(absl::string_view rpc, const absl::Status& s,
-                               Clock::time_point start) {
-  if (metrics_ == nullptr) return;
-  metrics_->RecordRequest(std::string_view(rpc.data(), rpc.size()), s.code(), MicrosSince(start) * 1e-6);
-}
-
-void OpServeService::UpdateStoreGauges() {
-  if (metrics_ == nullptr) return;
-  const MemoryStats m = backend().Memory();
-  metrics_->SetMemory(m.used, m.budget, m.total);
-  metrics_->SetTensors(static_cast<int64_t>(store_.size()));
-}
 
 grpc::ServerUnaryReactor* OpServeService::DeleteTensor(grpc::CallbackServerContext* ctx,
                                                        const v1::DeleteTensorRequest* req,
@@ -73,13 +18,13 @@ grpc::ServerUnaryReactor* OpServeService::DeleteTensor(grpc::CallbackServerConte
   auto* reactor = ctx->DefaultReactor();
   absl::Status s;
   {  // our reference to the erased tensor goes before the gauges read the budget
-    auto tenant = Authenticate(ctx);
-    auto erased = tenant.ok() ? store_.Erase(req->name(), *tenant) : tenant.status();
+    auto tenant = core_.Authenticate(ctx);
+    auto erased = tenant.ok() ? core_.store().Erase(req->name(), *tenant) : tenant.status();
     s = erased.status();
-    if (erased.ok()) convert::TensorInfoToProto(**erased, backend().device(), resp->mutable_info());
+    if (erased.ok()) convert::TensorInfoToProto(**erased, core_.backend().device(), resp->mutable_info());
   }
-  UpdateStoreGauges();
-  RecordRpc("DeleteTensor", s, start);
+  core_.UpdateStoreGauges();
+  core_.RecordRpc("DeleteTensor", s, start);
   reactor->Finish(ToGrpcStatus(s));
   return reactor;
 }
@@ -88,13 +33,13 @@ grpc::ServerUnaryReactor* OpServeService::ListTensors(grpc::CallbackServerContex
                                                       const v1::ListTensorsRequest*,
                                                       v1::ListTensorsResponse* resp) {
   const auto start = Clock::now();
-  auto tenant = Authenticate(ctx);
+  auto tenant = core_.Authenticate(ctx);
   if (tenant.ok()) {
-    for (const StoredTensorPtr& t : store_.List(*tenant)) {
-      convert::TensorInfoToProto(*t, backend().device(), resp->add_tensors());
+    for (const StoredTensorPtr& t : core_.store().List(*tenant)) {
+      convert::TensorInfoToProto(*t, core_.backend().device(), resp->add_tensors());
     }
   }
-  RecordRpc("ListTensors", tenant.status(), start);
+  core_.RecordRpc("ListTensors", tenant.status(), start);
   auto* reactor = ctx->DefaultReactor();
   reactor->Finish(ToGrpcStatus(tenant.status()));
   return reactor;
@@ -105,13 +50,13 @@ grpc::ServerUnaryReactor* OpServeService::ListOps(grpc::CallbackServerContext* c
                                                   v1::ListOpsResponse* resp) {
   const auto start = Clock::now();
   auto* reactor = ctx->DefaultReactor();
-  if (auto tenant = Authenticate(ctx); !tenant.ok()) {
-    RecordRpc("ListOps", tenant.status(), start);
+  if (auto tenant = core_.Authenticate(ctx); !tenant.ok()) {
+    core_.RecordRpc("ListOps", tenant.status(), start);
     reactor->Finish(ToGrpcStatus(tenant.status()));
     return reactor;
   }
-  convert::OpsToProto(backend(), resp);
-  RecordRpc("ListOps", absl::OkStatus(), start);
+  convert::OpsToProto(core_.backend(), resp);
+  core_.RecordRpc("ListOps", absl::OkStatus(), start);
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

@@ -32,7 +32,7 @@ constexpr uint32_t kMaxChunkBytes = 64 << 20;
 
 class PutReactor final : public grpc::ServerReadReactor<ParsedStreamMessage<v1::PutTensorRequest>> {
  public:
-  PutReactor(OpServeService* svc, grpc::CallbackServerContext* ctx, v1::PutTensorResponse* resp)
+  PutReactor(ServerCore* svc, grpc::CallbackServerContext* ctx, v1::PutTensorResponse* resp)
       : svc_(svc), ctx_(ctx), resp_(resp) {
     svc_->CallStarted();
     auto tenant = svc_->Authenticate(ctx);
@@ -162,7 +162,7 @@ class PutReactor final : public grpc::ServerReadReactor<ParsedStreamMessage<v1::
     Finish(ToGrpcStatus(s));
   }
 
-  OpServeService* svc_;
+  ServerCore* svc_;
   grpc::CallbackServerContext* ctx_;
   v1::PutTensorResponse* resp_;
   const Clock::time_point start_ = Clock::now();
@@ -184,7 +184,7 @@ class PutReactor final : public grpc::ServerReadReactor<ParsedStreamMessage<v1::
 
 class GetReactor final : public grpc::ServerWriteReactor<v1::GetTensorResponse> {
  public:
-  GetReactor(OpServeService* svc, grpc::CallbackServerContext* ctx, const v1::GetTensorRequest* req)
+  GetReactor(ServerCore* svc, grpc::CallbackServerContext* ctx, const v1::GetTensorRequest* req)
       : svc_(svc) {
     svc_->CallStarted();
     auto tenant = svc_->Authenticate(ctx);
@@ -347,7 +347,7 @@ class GetReactor final : public grpc::ServerWriteReactor<v1::GetTensorResponse> 
     Finish(ToGrpcStatus(s));
   }
 
-  OpServeService* svc_;
+  ServerCore* svc_;
   const Clock::time_point start_ = Clock::now();
   StoredTensorPtr tensor_;
   uint64_t total_ = 0;
@@ -370,12 +370,12 @@ class GetReactor final : public grpc::ServerWriteReactor<v1::GetTensorResponse> 
 
 grpc::ServerReadReactor<ParsedStreamMessage<v1::PutTensorRequest>>* OpServeService::StartPutTensor(
     grpc::CallbackServerContext* ctx, v1::PutTensorResponse* resp) {
-  return new PutReactor(this, ctx, resp);
+  return new PutReactor(&core_, ctx, resp);
 }
 
 grpc::ServerWriteReactor<v1::GetTensorResponse>* OpServeService::GetTensor(
     grpc::CallbackServerContext* ctx, const v1::GetTensorRequest* req) {
-  return new GetReactor(this, ctx, req);
+  return new GetReactor(&core_, ctx, req);
 }
 
 }  // namespace opserve

@@ -1,4 +1,4 @@
-// Dynamic batching (--max_batch_size; server/rpc/graph_batcher.h), on whatever backend
+// Dynamic batching (--max_batch_size; server/engine/batch.h), on whatever backend
 // $OPSERVE_TEST_DEVICE names. One lane of one context makes concurrent calls wait for the
 // device together, so they batch. Each call's graph has an intermediate and its own random
 // inputs (stored, or inline), so a batch that mixed up members' inputs, outputs or node

@@ -1,4 +1,4 @@
-// The test hook --test_reply_without_device (server/rpc/service.h), with which opserve-bench
+// The test hook --test_reply_without_device (server/engine/engine.h), with which opserve-bench
 // tells what gRPC and the lanes' hand-offs cost from what the device costs: Execute answers
 // with every node's report and outputs of the right size, all zero, without running; a graph
 // that stores an output runs as usual, since the client would look for what it stored.

@@ -90,8 +90,13 @@ int CountSeries(const std::string& text, const std::string& name) {
   return n;
 }
 
+// The RPC names the server's edge gives the metrics (server/rpc/server_core.h).
+const std::vector<std::string> kRpcs = {"PutTensor", "GetTensor",  "DeleteTensor", "ListTensors",
+                                        "Execute",   "ListOps",    "SaveGraph",    "DeleteGraph",
+                                        "ListGraphs", "ModelInfer"};
+
 std::unique_ptr<Metrics> MakeMetrics(const std::string& bind = "") {
-  auto metrics = Metrics::Create(bind, "cpu", "cpu");
+  auto metrics = Metrics::Create(bind, "cpu", "cpu", kRpcs);
   EXPECT_TRUE(metrics.ok()) << metrics.status();
   return metrics.ok() ? std::move(*metrics) : nullptr;
 }
@@ -124,9 +129,8 @@ TEST(MetricsTest, EveryFamilyIsExportedWithItsType) {
     EXPECT_NE(text.find("# TYPE " + name + " " + type + "\n"), std::string::npos) << name;
     EXPECT_NE(text.find("# HELP " + name + " "), std::string::npos) << name;
   }
-  // Made at start-up, every code of every RPC, so that rate() sees the first error of each.
-  for (const char* rpc : {"PutTensor", "GetTensor", "DeleteTensor", "ListTensors", "Execute",
-                          "ListOps", "SaveGraph", "DeleteGraph", "ListGraphs", "ModelInfer"}) {
+  // Made at start-up, every code of every RPC named, so that rate() sees the first error of each.
+  for (const std::string& rpc : kRpcs) {
     for (const char* code : {"OK", "CANCELLED", "INVALID_ARGUMENT", "NOT_FOUND", "INTERNAL",
                              "UNAVAILABLE", "UNAUTHENTICATED"}) {
       EXPECT_EQ(Value(text, "opserve_requests_total", {{"rpc", rpc}, {"code", code}}), 0)
@@ -172,7 +176,7 @@ TEST(MetricsTest, KernelCountersAddUpPerOpAndAlgorithm) {
 // families show each at 0 with the device label RecordKernel uses, before any launch, and a
 // launch then adds to that same series.
 TEST(MetricsTest, DeclaredKernelSeriesExistAtZeroBeforeTheFirstLaunch) {
-  auto metrics = Metrics::Create("", "cuda:0", "cuda");
+  auto metrics = Metrics::Create("", "cuda:0", "cuda", kRpcs);
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   (*metrics)->InitKernelSeries("sum", "two_pass");
   (*metrics)->InitKernelSeries("matmul", "tiled");
@@ -195,7 +199,7 @@ TEST(MetricsTest, DeclaredKernelSeriesExistAtZeroBeforeTheFirstLaunch) {
 }
 
 TEST(MetricsTest, LaneSeriesExistAtZeroAndFollowTheirLane) {
-  auto metrics = Metrics::Create("", "cuda:0", "cuda");
+  auto metrics = Metrics::Create("", "cuda:0", "cuda", kRpcs);
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   (*metrics)->InitLanes(3);
   std::string text = (*metrics)->Scrape();
@@ -211,7 +215,7 @@ TEST(MetricsTest, LaneSeriesExistAtZeroAndFollowTheirLane) {
 }
 
 TEST(MetricsTest, GraphReplaySeriesExistAtZeroAndCountTheirResult) {
-  auto metrics = Metrics::Create("", "cuda:0", "cuda");
+  auto metrics = Metrics::Create("", "cuda:0", "cuda", kRpcs);
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   std::string text = (*metrics)->Scrape();
   EXPECT_EQ(CountSeries(text, "opserve_graph_replays_total"), 4);
@@ -324,7 +328,7 @@ TEST(MetricsTest, TransferMemoryTensorsAndInflight) {
 }
 
 TEST(MetricsTest, DeviceLabelIsTheOneGivenToCreate) {
-  auto metrics = Metrics::Create("", "cuda:0", "cuda");
+  auto metrics = Metrics::Create("", "cuda:0", "cuda", kRpcs);
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   (*metrics)->RecordKernel("transpose", "tma", 1e-6, 8, 0);
   const std::string text = (*metrics)->Scrape();
@@ -459,7 +463,7 @@ TEST(MetricsExposerTest, TakenPortIsAStatusNotAnException) {
   ASSERT_EQ(listen(fd, 1), 0);
   socklen_t len = sizeof(addr);
   getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  auto metrics = Metrics::Create("127.0.0.1:" + std::to_string(ntohs(addr.sin_port)), "cpu", "cpu");
+  auto metrics = Metrics::Create("127.0.0.1:" + std::to_string(ntohs(addr.sin_port)), "cpu", "cpu", kRpcs);
   close(fd);
   EXPECT_FALSE(metrics.ok());
   EXPECT_EQ(metrics.status().code(), absl::StatusCode::kUnavailable) << metrics.status();

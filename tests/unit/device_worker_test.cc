@@ -1,13 +1,14 @@
 // The device worker's lanes, without gRPC (so that the unit suite's strict ThreadSanitizer run
 // sees every hand-off): several lanes take jobs from one bounded queue, each job on a lane's own
-// execution context, every completion runs once, the bound answers RESOURCE_EXHAUSTED, and
-// Shutdown runs what was queued.
+// execution context, every job's stages run once (Launch, Complete, Reply), the bound answers
+// RESOURCE_EXHAUSTED, and Shutdown runs what was queued.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <latch>
 #include <mutex>
 #include <set>
@@ -21,6 +22,38 @@
 
 namespace opserve {
 namespace {
+
+// A job whose stages run the functions given (each may be empty); it is gone after its Reply.
+class TestJob final : public DeviceJob {
+ public:
+  TestJob(std::function<void(ExecEnv&)> launch, std::function<void(ExecEnv&)> complete,
+          std::function<void()> reply)
+      : launch_(std::move(launch)), complete_(std::move(complete)), reply_(std::move(reply)) {}
+  bool Launch(ExecEnv& env) override {
+    if (launch_) launch_(env);
+    return true;
+  }
+  void Complete(ExecEnv& env) override {
+    if (complete_) complete_(env);
+  }
+  void Reply() override {
+    if (reply_) reply_();
+    delete this;
+  }
+
+ private:
+  std::function<void(ExecEnv&)> launch_, complete_;
+  std::function<void()> reply_;
+};
+
+// Queues a TestJob; one the worker refuses is deleted here.
+absl::Status SubmitJob(DeviceWorker& worker, std::function<void(ExecEnv&)> launch,
+                       std::function<void(ExecEnv&)> complete, std::function<void()> reply) {
+  auto* job = new TestJob(std::move(launch), std::move(complete), std::move(reply));
+  absl::Status s = worker.Submit(job);
+  if (!s.ok()) delete job;
+  return s;
+}
 
 TEST(DeviceWorkerTest, LanesRunJobsConcurrentlyEachOnItsOwnContext) {
   std::unique_ptr<Backend> backend = MakeCpuBackend(0);
@@ -41,15 +74,14 @@ TEST(DeviceWorkerTest, LanesRunJobsConcurrentlyEachOnItsOwnContext) {
   std::set<ExecEnv*> envs;
   std::atomic<int> completions{0};
   for (int i = 0; i < kLanes; ++i) {
-    ASSERT_TRUE((*worker)
-                    ->Submit([&](ExecEnv& env) -> DeviceWorker::Completion {
+    ASSERT_TRUE(SubmitJob(
+                    **worker,
+                    [&](ExecEnv& env) {
                       all_running.arrive_and_wait();
-                      {
-                        std::lock_guard<std::mutex> lock(mu);
-                        envs.insert(&env);
-                      }
-                      return [&] { ++completions; };
-                    })
+                      std::lock_guard<std::mutex> lock(mu);
+                      envs.insert(&env);
+                    },
+                    nullptr, [&] { ++completions; })
                     .ok());
   }
   // Many small jobs from several threads, each using its context's memory and copies.
@@ -62,16 +94,18 @@ TEST(DeviceWorkerTest, LanesRunJobsConcurrentlyEachOnItsOwnContext) {
         const uint64_t value = uint64_t{1} << t | uint64_t(j) << 8;
         absl::Status s;
         do {  // the queue is bounded: retry what it refuses
-          s = (*worker)->Submit([&, value](ExecEnv& env) -> DeviceWorker::Completion {
-            env.BeginRequest(0);
-            auto b = env.Allocate(sizeof(value));
-            if (!b.ok() || !env.CopyIn(**b, &value, sizeof(value)).ok()) ++wrong;
-            (void)env.Finish(0);
-            uint64_t back = 0;
-            if (b.ok()) std::memcpy(&back, (*b)->data(), sizeof(back));
-            if (back != value) ++wrong;
-            return [&] { ++completions; };
-          });
+          s = SubmitJob(
+              **worker,
+              [&, value](ExecEnv& env) {
+                env.BeginRequest(0);
+                auto b = env.Allocate(sizeof(value));
+                if (!b.ok() || !env.CopyIn(**b, &value, sizeof(value)).ok()) ++wrong;
+                (void)env.Finish(0);
+                uint64_t back = 0;
+                if (b.ok()) std::memcpy(&back, (*b)->data(), sizeof(back));
+                if (back != value) ++wrong;
+              },
+              nullptr, [&] { ++completions; });
           if (!s.ok()) {
             EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
             std::this_thread::yield();
@@ -88,7 +122,7 @@ TEST(DeviceWorkerTest, LanesRunJobsConcurrentlyEachOnItsOwnContext) {
   std::set<int> lanes_seen;
   for (int e : busy_events) lanes_seen.insert(e > 0 ? e - 1 : -e - 1);
   EXPECT_EQ(lanes_seen.size(), static_cast<size_t>(kLanes));
-  EXPECT_TRUE((*worker)->Submit([](ExecEnv&) { return DeviceWorker::Completion(); }).code() ==
+  EXPECT_TRUE(SubmitJob(**worker, nullptr, nullptr, nullptr).code() ==
               absl::StatusCode::kUnavailable);
 }
 
@@ -98,10 +132,9 @@ TEST(DeviceWorkerTest, TheBoundCountsJobsOnEveryLane) {
   ASSERT_TRUE(worker.ok()) << worker.status();
   std::latch release(1);
   std::atomic<int> started{0};
-  auto blocking = [&](ExecEnv&) -> DeviceWorker::Completion {
+  auto blocking = [&](ExecEnv&) {
     ++started;
     release.wait();
-    return nullptr;
   };
   ASSERT_TRUE((*worker)->Submit(blocking).ok());
   ASSERT_TRUE((*worker)->Submit(blocking).ok());
@@ -162,25 +195,30 @@ TEST_P(LaneContextsTest, ALaneLaunchesTheNextJobsWhileTheFirstCompletes) {
   std::atomic<int> extra_launched{0};
   std::set<ExecEnv*> envs;
   std::vector<int> order;  // job ids in the order their completions ran
-  auto job = [&](int id) {
-    return [&, id](ExecEnv& env) -> DeviceWorker::Finisher {
-      if (id > contexts) {
-        ++extra_launched;
-      } else {
-        std::lock_guard<std::mutex> lock(mu);
-        envs.insert(&env);
-      }
-      if (id > 1 && id <= contexts) others_launched.count_down();
-      return [&, id](ExecEnv&) -> DeviceWorker::Completion {
-        if (id == 1) {
-          (void)WaitFor(others_launched);  // the device, still busy with job 1
-          (void)WaitFor(release_first);
-        }
-        return [&, id] { std::lock_guard<std::mutex> l(mu); order.push_back(id); };
-      };
-    };
+  auto submit = [&](int id) {
+    return SubmitJob(
+        **worker,
+        [&, id](ExecEnv& env) {
+          if (id > contexts) {
+            ++extra_launched;
+          } else {
+            std::lock_guard<std::mutex> lock(mu);
+            envs.insert(&env);
+          }
+          if (id > 1 && id <= contexts) others_launched.count_down();
+        },
+        [&, id](ExecEnv&) {
+          if (id == 1) {
+            (void)WaitFor(others_launched);  // the device, still busy with job 1
+            (void)WaitFor(release_first);
+          }
+        },
+        [&, id] {
+          std::lock_guard<std::mutex> l(mu);
+          order.push_back(id);
+        });
   };
-  for (int id = 1; id <= contexts + 1; ++id) ASSERT_TRUE((*worker)->SubmitAsync(job(id)).ok());
+  for (int id = 1; id <= contexts + 1; ++id) ASSERT_TRUE(submit(id).ok());
   // Never true if the lane waited for job 1's completion, or had fewer contexts.
   EXPECT_TRUE(WaitFor(others_launched)) << "jobs 2.." << contexts << " did not all launch";
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -214,27 +252,54 @@ TEST(DeviceWorkerTest, ASecondCompletionThreadFinishesTheNextJobWhileOneReplies)
                                     /*completion_threads=*/2);
   ASSERT_TRUE(worker.ok()) << worker.status();
   std::atomic<bool> second_replied{false}, first_saw_second{false};
-  auto job = [&](bool first) {
-    return [&, first](ExecEnv&) -> DeviceWorker::Finisher {
-      return [&, first](ExecEnv&) -> DeviceWorker::Completion {
-        return [&, first] {
-          if (!first) {
-            second_replied = true;
-            return;
-          }
-          const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-          while (!second_replied.load() && std::chrono::steady_clock::now() < give_up) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(1));
-          }
-          first_saw_second = second_replied.load();
-        };
-      };
+  auto reply = [&](bool first) {
+    return [&, first] {
+      if (!first) {
+        second_replied = true;
+        return;
+      }
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!second_replied.load() && std::chrono::steady_clock::now() < give_up) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      first_saw_second = second_replied.load();
     };
   };
-  ASSERT_TRUE((*worker)->SubmitAsync(job(true)).ok());
-  ASSERT_TRUE((*worker)->SubmitAsync(job(false)).ok());
+  ASSERT_TRUE(SubmitJob(**worker, nullptr, nullptr, reply(true)).ok());
+  ASSERT_TRUE(SubmitJob(**worker, nullptr, nullptr, reply(false)).ok());
   (*worker)->Shutdown();
   EXPECT_TRUE(first_saw_second.load()) << "the second job's reply waited for the first's";
+}
+
+// A job that ends at its launch (Launch returns false) is neither completed nor replied, and
+// its context still comes free: on a lane of one context, the next job runs.
+class EndsAtLaunchJob final : public DeviceJob {
+ public:
+  explicit EndsAtLaunchJob(std::atomic<int>* later_stages) : later_stages_(later_stages) {}
+  bool Launch(ExecEnv&) override {
+    delete this;
+    return false;
+  }
+  void Complete(ExecEnv&) override { ++*later_stages_; }
+  void Reply() override { ++*later_stages_; }
+
+ private:
+  std::atomic<int>* later_stages_;
+};
+
+TEST(DeviceWorkerTest, AJobThatEndsAtItsLaunchFreesItsContext) {
+  std::unique_ptr<Backend> backend = MakeCpuBackend(0);
+  auto worker = DeviceWorker::Start(*backend, /*lanes=*/1, /*max_queue=*/8,
+                                    std::chrono::microseconds(0), nullptr,
+                                    /*completion_threads=*/1, /*contexts=*/1);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  std::atomic<int> later_stages{0}, replies{0};
+  ASSERT_TRUE((*worker)->Submit(new EndsAtLaunchJob(&later_stages)).ok());
+  ASSERT_TRUE(SubmitJob(**worker, nullptr, nullptr, [&] { ++replies; }).ok());
+  (*worker)->Shutdown();
+  EXPECT_EQ(later_stages.load(), 0) << "a job that ended at its launch was completed or replied";
+  EXPECT_EQ(replies.load(), 1) << "the context of the job that ended at its launch never came free";
+  EXPECT_EQ((*worker)->depth(), 0);
 }
 
 TEST(DeviceWorkerTest, ZeroCompletionThreadsIsRefused) {

@@ -17,6 +17,17 @@ from opserve._proto import pb
 from opserve.errors import OpserveError, invalid_argument
 
 
+# One row per dtype, in the proto's order, as the server's table (common/dtype.cc) has them; the
+# dtype_table test holds the two together. Columns: the proto's name, its enum value, the element
+# size in bytes, numpy's name, the Open Inference Protocol's datatype name.
+TABLE = (
+    ("FLOAT32", 1, 4, "float32", "FP32"),
+    ("INT32", 2, 4, "int32", "INT32"),
+    ("INT64", 3, 8, "int64", "INT64"),
+    ("BFLOAT16", 4, 2, "bfloat16", "BF16"),
+)
+
+
 class DType(str, enum.Enum):
     """A tensor's element type, named as in the proto. Compares equal to its name."""
 
@@ -29,13 +40,19 @@ class DType(str, enum.Enum):
         return self.value
 
 
-# The numpy dtype of each DType's wire bytes (BFLOAT16: its raw bits).
+# Bytes per element, and the Open Inference Protocol's datatype name, of each DType.
+ELEMENT_SIZE = {DType(row[0]): row[2] for row in TABLE}
+OIP_NAME = {DType(row[0]): row[4] for row in TABLE}
+_FROM_OIP_NAME = {row[4]: DType(row[0]) for row in TABLE}
+
+# The numpy dtype of each DType's wire bytes (BFLOAT16: its raw bits), of the table's sizes.
 _WIRE = {
     DType.FLOAT32: np.dtype("<f4"),
     DType.INT32: np.dtype("<i4"),
     DType.INT64: np.dtype("<i8"),
     DType.BFLOAT16: np.dtype("<u2"),
 }
+assert all(_WIRE[d].itemsize == ELEMENT_SIZE[d] for d in DType), "_WIRE disagrees with TABLE"
 # What an upload with no dtype named becomes: only numpy types that are the DType exactly.
 # float64 (numpy's default) is refused rather than narrowed silently; dtype="float32" asks for it.
 _INFERRED = {np.dtype(np.float32): DType.FLOAT32, np.dtype(np.int32): DType.INT32,
@@ -51,6 +68,15 @@ def dtype_of(value: DTypeLike) -> DType:
     except ValueError:
         raise invalid_argument(f"unknown dtype {value!r}; dtypes: "
                                f"{', '.join(d.value for d in DType)}") from None
+
+
+def from_oip_name(name: str) -> DType:
+    """The DType of an Open Inference Protocol datatype name ("FP32", "BF16", ...)."""
+    try:
+        return _FROM_OIP_NAME[name]
+    except KeyError:
+        raise invalid_argument(f"datatype {name!r} is not one opserve runs; datatypes: "
+                               f"{', '.join(_FROM_OIP_NAME)}") from None
 
 
 def to_number(dtype: DType) -> int:

@@ -19,7 +19,7 @@ namespace opserve {
 
 class RequestTrace {
  public:
-  // In the order a call that succeeds passes them (graph_call.h names the threads).
+  // In the order a call that succeeds passes them (request.h names the threads).
   enum Stage : int {
     kReceived,     // the handler has the request
     kPlanned,      // planned, handed to the device worker

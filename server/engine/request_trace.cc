@@ -1,4 +1,4 @@
-#include "server/rpc/request_trace.h"
+#include "server/engine/request_trace.h"
 
 #include <algorithm>
 #include <fstream>
