@@ -26,7 +26,8 @@ def _nearest(a: np.ndarray, what: str) -> np.ndarray:
     if kind == "u" and size == 4:
         return a.astype(np.int64)
     if kind == "u" and size == 8:
-        if a.size and a.max() > np.iinfo(np.int64).max:
+        # Compared as uint64: against a Python int numpy would compare float64s, and round.
+        if a.size and a.max() > np.uint64(np.iinfo(np.int64).max):
             raise invalid_argument(f"{what}: uint64 values above {np.iinfo(np.int64).max} do not "
                                    "fit INT64")
         return a.astype(np.int64)

@@ -163,7 +163,7 @@ _COLUMNS = (
     ("node", False, lambda n: n.id),
     ("op", False, lambda n: n.op),
     ("algorithm", False, lambda n: n.algorithm),
-    ("shape", False, lambda n: f"{n.dtype.value}[{','.join(str(d) for d in n.shape)}]"),
+    ("shape", False, lambda n: f"{n.dtype.value.lower()}[{', '.join(str(d) for d in n.shape)}]"),
     ("kernel_us", True, lambda n: f"{n.kernel_us:.1f}"),
     ("bytes", True, lambda n: str(n.bytes)),
     ("GB/s", True, lambda n: f"{n.gbps:.2f}"),
