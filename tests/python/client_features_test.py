@@ -9,6 +9,7 @@ every call it gets, over real gRPC.
 import asyncio
 import contextlib
 import os
+import pydoc
 import re
 import socket
 import subprocess
@@ -520,6 +521,16 @@ class HelpTest(ServerTestCase):
         self.assertEqual(namespace["result"]["mean"].shape, (32,))
         with opserve.Client(self.server.target) as client:
             self.assertEqual(client.list(), [])  # the example cleans up after itself
+
+    # DType subclasses str (opserve/dtypes.py), so pydoc lists str's ~45 methods, 458 lines,
+    # under it. The decorator goes with that: then this passes, and an unexpected success fails
+    # the suite until it is removed.
+    @unittest.expectedFailure
+    def test_help_is_the_client_not_str(self):
+        text = pydoc.render_doc(opserve, renderer=pydoc.plaintext)
+        for str_method in ("casefold", "zfill", "maketrans", "isidentifier"):
+            self.assertNotIn(str_method, text)
+        self.assertLess(len(text.splitlines()), 1100)
 
 
 if __name__ == "__main__":

@@ -37,9 +37,9 @@ class Client:
 
     def __init__(self, target: str = "127.0.0.1:50051", token: Optional[str] = None,
                  tls: Union[bool, TLS] = False, session: Union[None, bool, str] = None,
-                 timeout: Optional[float] = None, unary_timeout: Optional[float] = 30.0,
-                 retry: Union[bool, Retry] = True, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-                 channel_options: Sequence[Tuple[str, Any]] = ()) -> None:
+                 timeout: Optional[float] = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+                 channel_options: Sequence[Tuple[str, Any]] = (),
+                 unary_timeout: Optional[float] = 30.0, retry: Union[bool, Retry] = True) -> None:
         self._config = ClientConfig(target, token, tls, session, timeout, unary_timeout, retry,
                                     chunk_bytes, channel_options)
         self.session = self._config.session

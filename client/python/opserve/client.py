@@ -31,14 +31,14 @@ class Client:
         calls (and its tensors) on one replica; True draws a new id (the `session` attribute).
     timeout: the deadline of every call in seconds (None: see unary_timeout); a call's own
         timeout= overrides it. It covers all of a call's retries.
+    chunk_bytes: payload of each PutTensor/GetTensor message (the server keeps GetTensor's
+        between 4 KiB and half its message limit).
+    channel_options: extra gRPC channel arguments, e.g. [("grpc.http2.lookahead_bytes", 1 << 24)].
     unary_timeout: the deadline of the calls that neither run a graph nor stream a tensor
         (health, ops, list, delete, graphs...) when neither they nor `timeout` set one: 30 s, so
         that a server that accepts and never answers fails with DEADLINE_EXCEEDED. None: none.
     retry: True (opserve.Retry()'s bounded backoff on RESOURCE_EXHAUSTED and UNAVAILABLE, for
         the calls safe to repeat), False, or a Retry(...) of your own.
-    chunk_bytes: payload of each PutTensor/GetTensor message (the server keeps GetTensor's
-        between 4 KiB and half its message limit).
-    channel_options: extra gRPC channel arguments, e.g. [("grpc.http2.lookahead_bytes", 1 << 24)].
 
     The channel connects lazily: an unreachable server shows up as UNAVAILABLE from the first
     call. Use as a context manager, or call close().
@@ -46,9 +46,9 @@ class Client:
 
     def __init__(self, target: str = "127.0.0.1:50051", token: Optional[str] = None,
                  tls: Union[bool, TLS] = False, session: Union[None, bool, str] = None,
-                 timeout: Optional[float] = None, unary_timeout: Optional[float] = 30.0,
-                 retry: Union[bool, Retry] = True, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-                 channel_options: Sequence[Tuple[str, Any]] = ()) -> None:
+                 timeout: Optional[float] = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+                 channel_options: Sequence[Tuple[str, Any]] = (),
+                 unary_timeout: Optional[float] = 30.0, retry: Union[bool, Retry] = True) -> None:
         self._config = ClientConfig(target, token, tls, session, timeout, unary_timeout, retry,
                                     chunk_bytes, channel_options)
         self.session = self._config.session
