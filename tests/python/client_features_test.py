@@ -372,7 +372,8 @@ class RecordingServer:
                 self.calls.append((method, dict(context.invocation_metadata())))
                 left = context.time_remaining()
                 # gRPC Python tells "no deadline" as None or as about 2^63 seconds.
-                self.deadlines[method.rsplit("/", 1)[1]] = None if left is None or left > 1e9 else left
+                no_deadline = left is None or left > 1e9
+                self.deadlines[method.rsplit("/", 1)[1]] = None if no_deadline else left
                 fail = len(self.calls) <= self.failures
             if self.hang:
                 self.released.wait()

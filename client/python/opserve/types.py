@@ -107,7 +107,7 @@ class Timing:
 
     queue_us: float    # waiting for the device worker
     input_us: float    # resolving inputs, uploading inline tensors
-    compute_us: float  # running the nodes (under load, waiting for the request before on the stream)
+    compute_us: float  # running the nodes (under load, also the wait for the request before it)
     output_us: float   # downloading returned tensors, storing kept ones
     total_us: float    # from the handler's receipt to the response
 
