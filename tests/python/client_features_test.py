@@ -143,6 +143,11 @@ class SavedGraphTest(ServerTestCase):
                 client.run_saved("col_means", {"A": a, "B": b})
             self.assertIn("float64", caught.exception.message)
 
+            before = shm_objects()
+            by_shm = client.run_saved("col_means", {"A": a, "B": b}, cast=True, shm=True)
+            np.testing.assert_array_equal(by_shm["mean"], result["mean"])
+            self.assertEqual(shm_objects(), before)
+
             self.assertEqual(client.delete_graph("col_means").name, "col_means")
             self.assertEqual(client.graphs(), [])
             with self.assertRaises(opserve.OpserveError) as caught:

@@ -2,8 +2,8 @@
 
 A region lives for one call: a POSIX shared-memory object created here, registered with the
 server (the Open Inference Protocol's SystemSharedMemoryRegister), named in the PutTensor
-header, the GetTensor request or an Execute inline tensor, then unregistered and removed, on
-every path. The sync and asyncio clients drive the calls; this module makes the regions and the
+header, the GetTensor request, an Execute inline tensor or a ModelInfer input, then unregistered
+and removed, on every path. The sync and asyncio clients drive the calls; this module makes the regions and the
 messages.
 """
 
@@ -67,14 +67,23 @@ class Region:
         self._shm.unlink()
 
 
+def _pack(named_data: Any) -> Tuple[int, Dict[Any, Tuple[int, bytes]]]:
+    layout, offset = {}, 0
+    for key, data in named_data:
+        layout[key] = (offset, data)
+        offset += -(-len(data) // _ALIGN) * _ALIGN
+    return offset, layout
+
+
 def pack_inline(request: Any) -> Tuple[int, Dict[str, Tuple[int, bytes]]]:
     """Where each inline tensor of an ExecuteRequest goes in one region: (region bytes,
     {name: (offset, data)})."""
-    layout, offset = {}, 0
-    for name, tensor in request.inline_tensors.items():
-        layout[name] = (offset, tensor.data)
-        offset += -(-len(tensor.data) // _ALIGN) * _ALIGN
-    return offset, layout
+    return _pack((name, t.data) for name, t in request.inline_tensors.items())
+
+
+def pack_infer_inputs(request: Any) -> Tuple[int, Dict[int, Tuple[int, bytes]]]:
+    """The same for a ModelInferRequest's raw_input_contents, by input index."""
+    return _pack(enumerate(request.raw_input_contents))
 
 
 def move_inline(request: Any, region: Region, layout: Dict[str, Tuple[int, bytes]]) -> None:
@@ -84,6 +93,18 @@ def move_inline(request: Any, region: Region, layout: Dict[str, Tuple[int, bytes
         tensor = request.inline_tensors[name]
         tensor.data = b""
         tensor.shm.CopyFrom(region.ref(offset, len(data)))
+
+
+def move_infer_inputs(request: Any, region: Region, layout: Dict[int, Tuple[int, bytes]]) -> None:
+    """Writes a ModelInferRequest's inputs into the region; each input then names its range
+    (the Open Inference Protocol's shared_memory_* parameters) and the raw contents go."""
+    for i, (offset, data) in layout.items():
+        region.write(offset, data)
+        parameters = request.inputs[i].parameters
+        parameters["shared_memory_region"].string_param = region.name
+        parameters["shared_memory_offset"].uint64_param = offset
+        parameters["shared_memory_byte_size"].uint64_param = len(data)
+    del request.raw_input_contents[:]
 
 
 def _target_host(target: str) -> str:

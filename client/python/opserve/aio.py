@@ -164,11 +164,17 @@ class Client:
         return GraphInfo.from_proto(response.info)
 
     async def run_saved(self, name: str, inputs: Mapping[str, Any], cast: bool = False,
-                        raw_bfloat16: bool = False,
+                        raw_bfloat16: bool = False, shm: bool = False,
                         timeout: Optional[float] = None) -> SavedRunResult:
         """As opserve.Client.run_saved."""
         request = _messages.infer_request(name, inputs, cast)
-        response = await self._unary(self._stubs.model_infer, request, timeout, unary=False)
+        if not shm:
+            response = await self._unary(self._stubs.model_infer, request, timeout, unary=False)
+            return _messages.saved_run_result(response, raw_bfloat16)
+        nbytes, layout = _shm.pack_infer_inputs(request)
+        async with self._region(nbytes, timeout, "run_saved") as region:
+            _shm.move_infer_inputs(request, region, layout)
+            response = await self._unary(self._stubs.model_infer, request, timeout, unary=False)
         return _messages.saved_run_result(response, raw_bfloat16)
 
     # ---- the calls' machinery, as opserve.Client's ----

@@ -194,11 +194,20 @@ class Client:
         return GraphInfo.from_proto(response.info)
 
     def run_saved(self, name: str, inputs: Mapping[str, Any], cast: bool = False,
-                  raw_bfloat16: bool = False, timeout: Optional[float] = None) -> SavedRunResult:
+                  raw_bfloat16: bool = False, shm: bool = False,
+                  timeout: Optional[float] = None) -> SavedRunResult:
         """Runs the saved graph `name` on `inputs` (numpy arrays by input name): its outputs by
-        node id, and the server's per-node figures (SavedRunResult.parameters)."""
+        node id, and the server's per-node figures (SavedRunResult.parameters).
+        cast as for put; shm: send the inputs through a shared-memory region (the server on
+        this host)."""
         request = _messages.infer_request(name, inputs, cast)
-        response = self._unary(self._stubs.model_infer, request, timeout, unary=False)
+        if not shm:
+            response = self._unary(self._stubs.model_infer, request, timeout, unary=False)
+            return _messages.saved_run_result(response, raw_bfloat16)
+        nbytes, layout = _shm.pack_infer_inputs(request)
+        with self._region(nbytes, timeout, "run_saved") as region:
+            _shm.move_infer_inputs(request, region, layout)
+            response = self._unary(self._stubs.model_infer, request, timeout, unary=False)
         return _messages.saved_run_result(response, raw_bfloat16)
 
     # ---- the calls' machinery ----
