@@ -9,6 +9,7 @@ build/server/opserve --device=cpu (the CPU backend runs anywhere):
 
 import argparse
 import sys
+import uuid
 
 import numpy as np
 
@@ -24,36 +25,45 @@ def main() -> int:
     a = rng.standard_normal((64, 48), dtype=np.float32)
     b = rng.standard_normal((48, 32), dtype=np.float32)
 
-    with opserve.Client(args.target, timeout=60) as client:
+    # Names of this run's own: a server is shared, and a tensor someone else keeps as "A" must
+    # survive this example.
+    prefix = f"quickstart/{uuid.uuid4().hex[:12]}"
+    a_name, mean_name = f"{prefix}/A", f"{prefix}/MEAN"
+    with opserve.Client(args.target) as client:
         ops = client.ops()
         print(f"serving: {client.health()}, backend {ops.backend} on {ops.device}")
 
         # A stays on the server under its name, for any later request to use.
-        client.put("A", a, overwrite=True,
-                   progress=lambda done, total: print(f"put A: {done}/{total} bytes"))
-
-        # mean of each column of A·B = row_mean(transpose(matmul(A, B))). B travels inline with
-        # the request. cuBLAS where the server has it (a GPU); the CPU backend has its reference.
-        matmul = [algorithm.name for algorithm in ops.op("matmul").algorithms]
-        g = opserve.Graph()
-        ab = g.matmul(g.stored("A"), g.input("B", b),
-                      algorithm="cublas" if "cublas" in matmul else "auto")
-        g.output(g.row_mean(g.transpose(ab)), name="mean", store_as="MEAN", overwrite=True)
-        result = client.run(g)
-
-        mean = result["mean"]  # a numpy array
-        print(f"mean[:4] = {mean[:4]}")
-        result.print_table()   # per node: the algorithm that ran, kernel_us, bytes, GB/s
-        print("stored:", ", ".join(f"{t.name} {t.dtype}{list(t.shape)}" for t in client.list()))
-
+        client.put(a_name, a, progress=lambda done, total: print(f"put A: {done}/{total} bytes"))
         try:
-            client.get("no_such_tensor")
-        except opserve.OpserveError as e:
-            print(f"as expected: {e.code.name}: {e.message}")
+            # mean of each column of A·B = row_mean(transpose(matmul(A, B))). B travels inline
+            # with the request; "auto" lets the server choose each algorithm (cuBLAS on a GPU,
+            # its reference on the CPU), and the table below says which ran.
+            g = opserve.Graph()
+            ab = g.matmul(g.stored(a_name), g.input("B", b))
+            g.output(g.row_mean(g.transpose(ab)), name="mean", store_as=mean_name)
+            result = client.run(g)
 
-        kept = client.get("MEAN")  # the copy the server kept
-        client.delete("A")
-        client.delete("MEAN")
+            mean = result["mean"]  # a numpy array
+            print(f"mean[:4] = {mean[:4]}")
+            # Per node: the algorithm that ran, kernel_us, bytes, GB/s; the transpose and the mean
+            # run as one kernel ("fused into"), which the total counts once.
+            result.print_table()
+            print("stored:", ", ".join(f"{t.name} {t.dtype}{list(t.shape)}"
+                                       for t in client.list() if t.name.startswith(prefix)))
+
+            try:
+                client.get(f"{prefix}/no_such_tensor")
+            except opserve.OpserveError as e:
+                print(f"as expected: {e.code.name}: {e.message}")
+
+            kept = client.get(mean_name)  # the copy the server kept
+        finally:
+            for name in (a_name, mean_name):
+                try:
+                    client.delete(name)
+                except opserve.OpserveError:
+                    pass  # not made: the run failed before storing it
 
     want = (a.astype(np.float64) @ b.astype(np.float64)).mean(axis=0)
     if not (np.allclose(mean, want, rtol=1e-4, atol=1e-5) and np.array_equal(kept, mean)):

@@ -18,7 +18,9 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PROTO_FILES = ["opserve/v1/opserve.proto"]
+# The Open Inference Protocol's service beside opserve's own: saved graphs run through its
+# ModelInfer, and shared memory regions are registered through it.
+PROTO_FILES = ["opserve/v1/opserve.proto", "inference/grpc_service.proto"]
 DESCRIPTOR_NAME = "opserve_v1.desc"
 
 

@@ -179,9 +179,10 @@ class GraphRunTest(ServerTestCase):
 
         lines = result.table().splitlines()
         self.assertEqual(lines[0].split(), ["node", "op", "algorithm", "shape", "kernel_us",
-                                            "bytes", "GB/s", "GFLOP/s"])
-        self.assertEqual([line.split()[0] for line in lines[1:4]], ["matmul_0", "transpose_1", "mean"])
-        self.assertIn("FLOAT32[64,32]", lines[1])
+                                            "bytes", "GB/s", "GFLOP/s", "fused", "into"])
+        self.assertEqual([line.split()[0] for line in lines[1:5]],
+                         ["matmul_0", "transpose_1", "mean", "total"])
+        self.assertIn("float32[64, 32]", lines[1])
         self.assertTrue(lines[-1].startswith("device cpu: queue"))
 
     def test_store_as_and_overwrite(self):

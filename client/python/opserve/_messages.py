@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple
 
 import grpc
 import numpy as np
 
 from opserve._proto import pb
-from opserve.dtypes import DType, decode, from_number, to_number
+from opserve import _cast
+from opserve.dtypes import DType, decode, encode, from_number, to_number
 from opserve.errors import OpserveError
-from opserve.types import NodeResult, RunResult, TensorInfo, Timing
+from opserve.types import NodeResult, RunResult, SavedRunResult, TensorInfo, Timing
 
 # progress(done_bytes, total_bytes), after each chunk.
 Progress = Callable[[int, int], None]
@@ -93,6 +94,19 @@ class Download:
         return OpserveError(grpc.StatusCode.DATA_LOSS, f"GetTensor {self._name!r}: {what}")
 
 
+def shm_array(name: str, responses: Any, region: Any, raw_bfloat16: bool) -> np.ndarray:
+    """A GetTensor into a region: the stream is the info alone, the bytes are in the region."""
+    infos = [r.info for r in responses if r.WhichOneof("kind") == "info"]
+    if len(infos) != 1 or len(infos) != len(responses):
+        raise OpserveError(grpc.StatusCode.DATA_LOSS, f"GetTensor {name!r} into shared memory: "
+                           f"expected the info message alone, got {len(responses)} messages")
+    info = TensorInfo.from_proto(infos[0])
+    if info.bytes > region.nbytes:
+        raise OpserveError(grpc.StatusCode.DATA_LOSS, f"GetTensor {name!r}: {info.bytes} bytes "
+                           f"do not fit the {region.nbytes}-byte region")
+    return decode(info.dtype, info.shape, region.read(info.bytes), raw_bfloat16)
+
+
 def run_result(response: Any, raw_bfloat16: bool) -> RunResult:
     outputs = {o.node: decode(from_number(o.tensor.dtype), tuple(o.tensor.shape), o.tensor.data,
                               raw_bfloat16) for o in response.outputs}
@@ -102,7 +116,59 @@ def run_result(response: Any, raw_bfloat16: bool) -> RunResult:
                      timing=Timing(t.queue_us, t.input_us, t.compute_us, t.output_us, t.total_us),
                      stored=tuple(TensorInfo.from_proto(i) for i in response.stored),
                      device=response.device,
-                     graph=pb.graph_replay_name.get(response.graph, str(response.graph)))
+                     graph=pb.graph_replay_name.get(response.graph, str(response.graph)),
+                     batch_size=response.batch_size or 1)
+
+
+def put_header(name: str, dtype: DType, shape: Tuple[int, ...], overwrite: bool,
+               shm: Any) -> Any:
+    """PutTensor's whole stream when the bytes are in a region: the header alone."""
+    return pb.PutTensorRequest(header=pb.PutTensorHeader(
+        name=name, dtype=to_number(dtype), shape=shape, overwrite=overwrite, shm=shm))
+
+
+def stores_only_with_overwrite(request: Any) -> bool:
+    """Whether running an ExecuteRequest twice leaves what running it once does: it stores
+    nothing, or overwrites what it stores (a retry of it is then safe)."""
+    return all(o.overwrite or not o.store_as for o in request.outputs)
+
+
+# The Open Inference Protocol's datatype names (ModelInfer) of opserve's dtypes.
+_OIP_NAME = {DType.FLOAT32: "FP32", DType.INT32: "INT32", DType.INT64: "INT64",
+             DType.BFLOAT16: "BF16"}
+_FROM_OIP_NAME = {v: k for k, v in _OIP_NAME.items()}
+
+
+def infer_request(name: str, inputs: Mapping[str, Any], cast: bool) -> Any:
+    """ModelInfer for the saved graph `name`: each input's bytes as raw_input_contents."""
+    request = pb.ModelInferRequest(model_name=name)
+    for input_name, array in inputs.items():
+        what = f"saved graph {name!r} input {input_name!r}"
+        dt, shape, wire = encode(_cast.prepare(array, None, cast, what))
+        request.inputs.add(name=input_name, datatype=_OIP_NAME[dt], shape=shape)
+        request.raw_input_contents.append(wire.tobytes())
+    return request
+
+
+def _parameter(p: Any) -> Any:
+    kind = p.WhichOneof("parameter_choice")
+    return getattr(p, kind) if kind else None
+
+
+def saved_run_result(response: Any, raw_bfloat16: bool) -> SavedRunResult:
+    outputs: Dict[str, np.ndarray] = {}
+    for i, o in enumerate(response.outputs):
+        dtype = _FROM_OIP_NAME.get(o.datatype)
+        if dtype is None:
+            raise OpserveError(grpc.StatusCode.UNIMPLEMENTED,
+                               f"output {o.name!r}: datatype {o.datatype} is not one this client "
+                               "can decode")
+        data = response.raw_output_contents[i] if i < len(response.raw_output_contents) else b""
+        if "opserve_stored_as" in o.parameters:
+            continue  # kept on the server, not sent
+        outputs[o.name] = decode(dtype, tuple(o.shape), data, raw_bfloat16)
+    parameters = {k: _parameter(v) for k, v in response.parameters.items()}
+    return SavedRunResult(outputs=outputs, parameters=parameters)
 
 
 def serving(response: Any) -> bool:

@@ -1,6 +1,7 @@
 """The API's message classes, built at import from the descriptor set compiled at install time.
 
-setup.py runs protoc on proto/opserve/v1/opserve.proto and installs the result as
+setup.py runs protoc on proto/opserve/v1/opserve.proto and proto/inference/grpc_service.proto
+(the Open Inference Protocol, for saved graphs and shared memory) and installs the result as
 opserve_v1.desc. Building classes from it here, instead of importing generated *_pb2.py code,
 means they always match the installed protobuf runtime and its implementation (C++, upb or pure
 Python: PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION). The grpc.health.v1 messages are not in proto/;
@@ -17,6 +18,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 _DESCRIPTOR_SET = "opserve_v1.desc"
 _PACKAGE = "opserve.v1"
+_INFERENCE_PACKAGE = "inference"
 _HEALTH_PACKAGE = "grpc.health.v1"
 
 
@@ -61,6 +63,11 @@ def _load() -> SimpleNamespace:
 
     api = pool.FindFileByName("opserve/v1/opserve.proto")
     classes = {name: _message_class(pool, f"{_PACKAGE}.{name}") for name in api.message_types_by_name}
+    inference = pool.FindFileByName("inference/grpc_service.proto")
+    for name in inference.message_types_by_name:
+        # One namespace for both packages: a name in both would hide one of them.
+        assert name not in classes, f"{name} is in both {_PACKAGE} and {_INFERENCE_PACKAGE}"
+        classes[name] = _message_class(pool, f"{_INFERENCE_PACKAGE}.{name}")
     for name in ("HealthCheckRequest", "HealthCheckResponse"):
         classes[name] = _message_class(pool, f"{_HEALTH_PACKAGE}.{name}")
     dtype = pool.FindEnumTypeByName(f"{_PACKAGE}.DType")

@@ -1,7 +1,7 @@
 """A graph builder that reads like the math, compiled to one ExecuteRequest.
 
     g = opserve.Graph()
-    ab = g.matmul(g.stored("A"), g.input("B", b), algorithm="cublas")
+    ab = g.matmul(g.stored("A"), g.input("B", b))
     g.output(g.row_mean(g.transpose(ab)), name="mean", store_as="MEAN")
     result = client.run(g)          # result["mean"], result.nodes
 
@@ -15,10 +15,11 @@ in the node table.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
+from opserve import _cast
 from opserve._proto import pb
-from opserve.dtypes import DTypeLike, encode, to_number
+from opserve.dtypes import DTypeLike, dtype_of, encode, to_number
 
 AttrValue = Union[bool, int, float, str]
 
@@ -74,15 +75,29 @@ class Graph:
         """A tensor stored on the server (uploaded with Client.put, or kept by an earlier run)."""
         return Ref(self, "stored", name)
 
-    def input(self, name: str, array: Any, dtype: Optional[DTypeLike] = None) -> Ref:
+    def input(self, name: str, array: Any = None, dtype: Optional[DTypeLike] = None,
+              shape: Optional[Sequence[int]] = None, cast: bool = False) -> Ref:
         """A tensor sent with the request under `name` (a tensor name), not kept on the server.
 
-        dtype as for Client.put: by default the array's own (float32, int32 or int64).
+        dtype as for Client.put: by default the array's own (float32, int32 or int64); cast=True
+        converts other numpy dtypes to the nearest (float64 -> float32, ...).
+        With no array, a graph to save (Client.save_graph) declares an input of its model:
+        dtype and shape are then required, and -1 in the shape takes any size.
         """
         if name in self._inline:
             raise ValueError(f"inline tensor {name!r} is already in the graph")
-        dt, shape, wire = encode(array, dtype)
-        self._inline[name] = pb.Tensor(dtype=to_number(dt), shape=shape, data=wire.tobytes())
+        if array is None:
+            if dtype is None or shape is None:
+                raise ValueError(f"input {name!r}: without an array, dtype= and shape= declare it")
+            tensor = pb.Tensor(dtype=to_number(dtype_of(dtype)), shape=[int(d) for d in shape])
+        else:
+            if shape is not None:
+                raise ValueError(f"input {name!r}: the array gives the shape; shape= is for a "
+                                 "declared input")
+            array = _cast.prepare(array, dtype, cast, f"input {name!r}")
+            dt, dims, wire = encode(array, dtype)
+            tensor = pb.Tensor(dtype=to_number(dt), shape=dims, data=wire.tobytes())
+        self._inline[name] = tensor
         return Ref(self, "inline_name", name)
 
     # ---- ops ----
