@@ -21,7 +21,15 @@ class Table {
   void AddRow(std::vector<std::string> cells) { rows_.push_back(std::move(cells)); }
   std::string Render() const;
 
+  // For rows printed as they come (no AddRow): each column as wide as its header and at least
+  // `min_width`; a longer cell widens its own line only.
+  std::string HeaderLine(size_t min_width) const;
+  std::string RowLine(const std::vector<std::string>& cells, size_t min_width) const;
+
  private:
+  std::string Line(const std::vector<std::string>& cells, const std::vector<size_t>& widths) const;
+  std::vector<size_t> HeaderWidths(size_t min_width) const;
+
   std::vector<Column> columns_;
   std::vector<std::vector<std::string>> rows_;
 };

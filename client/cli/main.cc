@@ -3,12 +3,13 @@
 //   opserve-cli [--target HOST:PORT] [--token T] [--json] COMMAND [ARGS]
 //
 // Exit status: 0 on success, 1 on any failure (a gRPC error prints its code name and message),
-// 2 on a usage error.
+// 2 on a usage error (one line on stderr; --help prints the whole usage).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -20,16 +21,23 @@
 #include "absl/time/clock.h"
 #include "client/cli/bench.h"
 #include "client/cli/format.h"
+#include "client/cli/progress.h"
+#include "client/cli/proto_json.h"
 #include "client/graph_json.h"
 #include "client/npy.h"
 #include "client/opserve_client.h"
 #include "common/mutex_checks.h"
-#include "google/protobuf/util/json_util.h"
 
 namespace opserve::cli {
 namespace {
 
 using client::HostTensor;
+
+// Calls that run no graph answer in milliseconds; one still waiting after this is talking to a
+// server that accepted the connection and does not answer (stopped, or not opserve at all).
+// Transfers take it as the longest a chunk may stall rather than a deadline, since their length
+// grows with the tensor; graph runs get no deadline, since a big graph legitimately runs long.
+constexpr absl::Duration kDefaultDeadline = absl::Seconds(30);
 
 constexpr char kUsage[] = R"(usage: opserve-cli [FLAGS] COMMAND [ARGS]
 
@@ -51,7 +59,9 @@ flags:
   --session=ID                x-opserve-session metadata, for proxies that route a session's
                               calls to one replica (default $OPSERVE_SESSION)
   --json                      machine-readable output
-  --timeout=SECONDS           deadline of each call (default: none)
+  --timeout=SECONDS           deadline of each call, graph runs included (default: 30 s for
+                              calls that run no graph; put and get give up after 30 s without
+                              progress; run: none)
   --chunk_bytes=N             transfer chunk size (default 4190208: 4 MiB less a page)
   --root_ca=PEM               use TLS with this root CA
   --client_cert=PEM --client_key=PEM   mutual TLS
@@ -63,6 +73,7 @@ flags:
 
 struct Flags {
   client::ClientOptions client;
+  std::optional<absl::Duration> timeout;  // --timeout
   bool json = false;
   bool overwrite = false;
   bool shm = false;
@@ -126,7 +137,7 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
         return absl::InvalidArgumentError(
             absl::StrCat("--timeout wants seconds > 0, got '", value, "'"));
       }
-      flags.client.timeout = absl::Seconds(seconds);
+      flags.timeout = absl::Seconds(seconds);
     } else if (name == "chunk_bytes") {
       if (!absl::SimpleAtoi(value, &number) || number <= 0) {
         return absl::InvalidArgumentError(
@@ -154,16 +165,27 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
 
 // A gRPC failure: the code name and the message. Local failures carry their message alone.
 int Fail(const absl::Status& status, bool from_server) {
-  std::cerr << FailureText(status, from_server) << "\n";
+  std::cerr << FailureText(status, from_server);
+  // gRPC's own text for a deadline says nothing of which deadline, or how to change it.
+  if (from_server && absl::IsDeadlineExceeded(status) && status.message() == "Deadline Exceeded") {
+    std::cerr << " (no answer in time; --timeout=SECONDS sets the deadline)";
+  }
+  std::cerr << "\n";
   return 1;
 }
 
-std::string ProtoJson(const google::protobuf::Message& message) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.always_print_primitive_fields = true;
-  std::string out;
-  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
-  return out;
+// A usage error: one line naming the problem, and where the rest is.
+int UsageError(absl::string_view message) {
+  std::cerr << "opserve-cli: " << message << " (see opserve-cli --help)\n";
+  return 2;
+}
+
+// Put and get without --timeout: no deadline for the whole transfer, but a limit on a stall.
+client::CallOptions TransferCall(const Flags& flags, ProgressBar* progress) {
+  client::CallOptions call;
+  if (!flags.timeout.has_value()) call.idle_timeout = kDefaultDeadline;
+  call.progress = [progress](uint64_t done, uint64_t total) { progress->Update(done, total); };
+  return call;
 }
 
 double Gbps(uint64_t bytes, absl::Duration elapsed) {
@@ -219,10 +241,14 @@ int Ops(client::Client& c, const Flags& flags) {
 int Put(client::Client& c, const Flags& flags, const std::string& name, const std::string& path) {
   absl::StatusOr<HostTensor> tensor = client::ReadNpyFile(path);
   if (!tensor.ok()) return Fail(tensor.status(), false);
+  ProgressBar progress(absl::StrCat("put ", name));
+  const client::CallOptions call = TransferCall(flags, &progress);
   const absl::Time start = absl::Now();
-  absl::StatusOr<v1::TensorInfo> info = flags.shm ? c.PutTensorShm(name, *tensor, flags.overwrite)
-                                                  : c.PutTensor(name, *tensor, flags.overwrite);
+  absl::StatusOr<v1::TensorInfo> info = flags.shm
+                                            ? c.PutTensorShm(name, *tensor, flags.overwrite, call)
+                                            : c.PutTensor(name, *tensor, flags.overwrite, call);
   const absl::Duration elapsed = absl::Now() - start;
+  progress.Finish();
   if (!info.ok()) return Fail(info.status(), true);
   const double gbps = Gbps(tensor->data.size(), elapsed);
   if (flags.json) {
@@ -237,9 +263,13 @@ int Put(client::Client& c, const Flags& flags, const std::string& name, const st
 }
 
 int Get(client::Client& c, const Flags& flags, const std::string& name, const std::string& path) {
+  ProgressBar progress(absl::StrCat("get ", name));
+  const client::CallOptions call = TransferCall(flags, &progress);
   const absl::Time start = absl::Now();
-  absl::StatusOr<HostTensor> tensor = flags.shm ? c.GetTensorShm(name) : c.GetTensor(name);
+  absl::StatusOr<HostTensor> tensor =
+      flags.shm ? c.GetTensorShm(name, call) : c.GetTensor(name, call);
   const absl::Duration elapsed = absl::Now() - start;
+  progress.Finish();
   if (!tensor.ok()) return Fail(tensor.status(), true);
   if (absl::Status written = client::WriteNpyFile(path, *tensor); !written.ok()) {
     return Fail(written, false);
@@ -338,7 +368,18 @@ void PrintRunText(const v1::ExecuteResponse& response,
 int Run(client::Client& c, const Flags& flags, const std::string& path) {
   absl::StatusOr<v1::ExecuteRequest> request = client::LoadGraphFile(path);
   if (!request.ok()) return Fail(request.status(), false);
-  absl::StatusOr<v1::ExecuteResponse> response = c.Execute(*request);
+  // Legal, and a way to time a graph, but more often an "outputs" list forgotten or misspelt.
+  const bool keeps_something =
+      std::any_of(request->outputs().begin(), request->outputs().end(),
+                  [](const v1::OutputSpec& o) { return o.return_inline() || !o.store_as().empty(); });
+  if (!keeps_something) {
+    std::cerr << "opserve-cli: warning: " << path
+              << ": the graph returns and stores nothing (no $.outputs entry with "
+                 "\"returnInline\": true or a \"storeAs\" name); only its timings will show\n";
+  }
+  client::CallOptions call;
+  call.timeout = flags.timeout.value_or(absl::InfiniteDuration());
+  absl::StatusOr<v1::ExecuteResponse> response = c.Execute(*request, call);
   if (!response.ok()) return Fail(response.status(), true);
 
   std::vector<std::pair<std::string, HostTensor>> outputs;
@@ -368,14 +409,10 @@ int Run(client::Client& c, const Flags& flags, const std::string& path) {
 
 int Main(int argc, char** argv) {
   absl::StatusOr<Flags> flags = ParseFlags(argc, argv);
-  if (!flags.ok()) {
-    std::cerr << "opserve-cli: " << flags.status().message() << "\n\n" << kUsage << kBenchUsage;
-    return 2;
-  }
+  if (!flags.ok()) return UsageError(flags.status().message());
   const std::vector<std::string>& args = flags->args;
   if (args.empty()) {
-    std::cerr << kUsage;
-    return 2;
+    return UsageError("no command given; one of health, ops, put, get, ls, rm, run, bench");
   }
   if (args[0] == "help") {
     std::cout << kUsage << kBenchUsage;
@@ -385,21 +422,21 @@ int Main(int argc, char** argv) {
                                                {"ls", 1},     {"rm", 2},  {"run", 2}, {"bench", 1}};
   const auto expected = arity.find(args[0]);
   if (expected == arity.end()) {
-    std::cerr << "opserve-cli: unknown command '" << args[0] << "'\n\n" << kUsage;
-    return 2;
+    return UsageError(absl::StrCat("unknown command '", args[0], "'"));
   }
   if (args.size() != expected->second) {
-    std::cerr << "opserve-cli: " << args[0] << " takes " << expected->second - 1
-              << " argument(s), got " << args.size() - 1 << "\n\n"
-              << kUsage;
-    return 2;
+    return UsageError(absl::StrCat(args[0], " takes ", expected->second - 1, " argument(s), got ",
+                                   args.size() - 1));
   }
   if (args[0] != "bench" && !flags->first_bench_flag.empty()) {
-    std::cerr << "opserve-cli: --" << flags->first_bench_flag << " is a flag of bench, not of "
-              << args[0] << "\n\n"
-              << kUsage;
-    return 2;
+    return UsageError(
+        absl::StrCat("--", flags->first_bench_flag, " is a flag of bench, not of ", args[0]));
   }
+  // Graph runs and transfers take their limits per call (Run, TransferCall); bench sets its own.
+  const bool per_call = args[0] == "run" || args[0] == "bench" || args[0] == "put" ||
+                        args[0] == "get";
+  flags->client.timeout =
+      flags->timeout.value_or(per_call ? absl::InfiniteDuration() : kDefaultDeadline);
   absl::StatusOr<std::unique_ptr<client::Client>> connected =
       client::Client::Connect(flags->client);
   if (!connected.ok()) return Fail(connected.status(), false);

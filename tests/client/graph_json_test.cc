@@ -178,7 +178,7 @@ TEST_F(GraphJsonTest, RefusesDeepNesting) {
 TEST_F(GraphJsonTest, MissingGraphFile) {
   absl::StatusOr<v1::ExecuteRequest> request = LoadGraphFile((dir_ / "nope.json").string());
   EXPECT_EQ(request.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(std::string(request.status().message()), HasSubstr("nope.json: cannot open"));
+  EXPECT_THAT(std::string(request.status().message()), HasSubstr("nope.json: No such file or directory"));
 }
 
 }  // namespace
