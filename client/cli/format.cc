@@ -187,10 +187,22 @@ std::string JsonQuote(absl::string_view text) {
   return out + "\"";
 }
 
+std::string InfoLine(const v1::TensorInfo& info) {
+  return absl::StrCat(
+      info.name(), ": ", client::DTypeName(info.dtype()),
+      client::ShapeString(std::vector<int64_t>(info.shape().begin(), info.shape().end())), ", ",
+      FormatBytes(info.bytes()), " on ", info.device());
+}
+
 std::string FailureText(const absl::Status& status, bool from_server) {
   if (from_server) {
+    // gRPC's own text for a deadline says nothing of which deadline, or how to change it.
+    const bool bare_deadline =
+        absl::IsDeadlineExceeded(status) && status.message() == "Deadline Exceeded";
     return absl::StrCat("opserve-cli: ", absl::StatusCodeToString(status.code()), ": ",
-                        status.message());
+                        status.message(),
+                        bare_deadline ? " (no answer in time; --timeout=SECONDS sets the deadline)"
+                                      : "");
   }
   return absl::StrCat("opserve-cli: ", status.message());
 }

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "client/host_tensor.h"
+#include "opserve/v1/opserve.pb.h"
 
 namespace opserve::cli {
 
@@ -49,11 +50,15 @@ std::string TensorJson(const client::HostTensor& tensor);
 // "12.0 KiB", "1.00 GiB".
 std::string FormatBytes(uint64_t bytes);
 
+// "A: float32[64, 48], 12.0 KiB on cpu".
+std::string InfoLine(const v1::TensorInfo& info);
+
 // A JSON string literal with escapes.
 std::string JsonQuote(absl::string_view text);
 
 // How the CLI reports a failure on stderr: "opserve-cli: CODE: message" for a status the server
-// sent, "opserve-cli: message" for a local one.
+// sent, "opserve-cli: message" for a local one. gRPC's bare "Deadline Exceeded" gets a hint at
+// --timeout.
 std::string FailureText(const absl::Status& status, bool from_server);
 
 }  // namespace opserve::cli

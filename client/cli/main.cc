@@ -4,7 +4,6 @@
 //
 // Exit status: 0 on success, 1 on any failure (a gRPC error prints its code name and message),
 // 2 on a usage error (one line on stderr; --help prints the whole usage).
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -23,7 +22,7 @@
 #include "client/cli/format.h"
 #include "client/cli/progress.h"
 #include "client/cli/proto_json.h"
-#include "client/graph_json.h"
+#include "client/cli/run.h"
 #include "client/npy.h"
 #include "client/opserve_client.h"
 #include "common/mutex_checks.h"
@@ -46,10 +45,13 @@ commands:
   ops                         the ops and algorithms the server offers
   put NAME FILE.npy           upload a .npy file as tensor NAME (--overwrite to replace)
   get NAME FILE.npy           download tensor NAME into a .npy file
+                              (put and get draw a progress bar over 64 MiB when stderr is a
+                              terminal)
   ls                          list stored tensors
   rm NAME                     delete tensor NAME
   run GRAPH.json              execute a graph (ExecuteRequest JSON; inline tensors may be
-                              {"npy": "file.npy"}, relative to the graph file)
+                              {"npy": "file.npy"}, relative to the graph file); warns when the
+                              graph neither returns nor stores an output
   bench                       load the server with one graph at a concurrency or a sweep of
                               them: throughput, latency percentiles, GB/s (flags below)
 
@@ -58,10 +60,11 @@ flags:
   --token=T                   bearer token (default $OPSERVE_TOKEN)
   --session=ID                x-opserve-session metadata, for proxies that route a session's
                               calls to one replica (default $OPSERVE_SESSION)
-  --json                      machine-readable output
+  --json                      machine-readable output: one JSON object (bench: its levels as
+                              they are measured), integers as JSON numbers
   --timeout=SECONDS           deadline of each call, graph runs included (default: 30 s for
-                              calls that run no graph; put and get give up after 30 s without
-                              progress; run: none)
+                              calls that run no graph, put and get over the socket give up
+                              after 30 s without progress instead; run: none; bench: 60 s)
   --chunk_bytes=N             transfer chunk size (default 4190208: 4 MiB less a page)
   --root_ca=PEM               use TLS with this root CA
   --client_cert=PEM --client_key=PEM   mutual TLS
@@ -165,12 +168,7 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
 
 // A gRPC failure: the code name and the message. Local failures carry their message alone.
 int Fail(const absl::Status& status, bool from_server) {
-  std::cerr << FailureText(status, from_server);
-  // gRPC's own text for a deadline says nothing of which deadline, or how to change it.
-  if (from_server && absl::IsDeadlineExceeded(status) && status.message() == "Deadline Exceeded") {
-    std::cerr << " (no answer in time; --timeout=SECONDS sets the deadline)";
-  }
-  std::cerr << "\n";
+  std::cerr << FailureText(status, from_server) << "\n";
   return 1;
 }
 
@@ -183,7 +181,10 @@ int UsageError(absl::string_view message) {
 // Put and get without --timeout: no deadline for the whole transfer, but a limit on a stall.
 client::CallOptions TransferCall(const Flags& flags, ProgressBar* progress) {
   client::CallOptions call;
-  if (!flags.timeout.has_value()) call.idle_timeout = kDefaultDeadline;
+  if (!flags.timeout.has_value()) {
+    // Through shared memory the bytes move inside unary calls: a plain deadline bounds them.
+    (flags.shm ? call.timeout : call.idle_timeout) = kDefaultDeadline;
+  }
   call.progress = [progress](uint64_t done, uint64_t total) { progress->Update(done, total); };
   return call;
 }
@@ -191,13 +192,6 @@ client::CallOptions TransferCall(const Flags& flags, ProgressBar* progress) {
 double Gbps(uint64_t bytes, absl::Duration elapsed) {
   const double seconds = absl::ToDoubleSeconds(elapsed);
   return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0;
-}
-
-std::string InfoLine(const v1::TensorInfo& info) {
-  return absl::StrCat(
-      info.name(), ": ", client::DTypeName(info.dtype()),
-      client::ShapeString(std::vector<int64_t>(info.shape().begin(), info.shape().end())), ", ",
-      FormatBytes(info.bytes()), " on ", info.device());
 }
 
 int Health(client::Client& c, const Flags& flags) {
@@ -321,92 +315,6 @@ int Remove(client::Client& c, const Flags& flags, const std::string& name) {
   return 0;
 }
 
-void PrintRunText(const v1::ExecuteResponse& response,
-                  const std::vector<std::pair<std::string, HostTensor>>& outputs) {
-  for (const auto& [node, tensor] : outputs) {
-    std::cout << "output " << node << ": " << DescribeTensor(tensor) << "\n";
-  }
-  for (const v1::TensorInfo& info : response.stored()) {
-    std::cout << "stored " << InfoLine(info) << "\n";
-  }
-  if (!outputs.empty() || response.stored_size() > 0) std::cout << "\n";
-  // A node the planner fused into another ran no kernel of its own: it reports the fused
-  // kernel's figures, shared with the node named in the "fused into" column (shown only when
-  // some node was fused).
-  const bool fused = std::any_of(response.nodes().begin(), response.nodes().end(),
-                                 [](const v1::NodeResult& n) { return !n.fused_into().empty(); });
-  std::vector<Table::Column> columns = {{"node"},          {"op"},           {"algorithm"},
-                                        {"shape"},         {"kernel_us", true}, {"bytes", true},
-                                        {"GB/s", true},    {"GFLOP/s", true}};
-  if (fused) columns.push_back({"fused into"});
-  Table table(std::move(columns));
-  for (const v1::NodeResult& node : response.nodes()) {
-    std::vector<std::string> row = {
-        node.id(), node.op(), node.algorithm(),
-        absl::StrCat(client::DTypeName(node.dtype()),
-                     client::ShapeString(
-                         std::vector<int64_t>(node.shape().begin(), node.shape().end()))),
-        absl::StrFormat("%.1f", node.kernel_us()), absl::StrCat(node.bytes()),
-        absl::StrFormat("%.2f", node.gbps()), absl::StrFormat("%.2f", node.gflops())};
-    if (fused) row.push_back(node.fused_into());
-    table.AddRow(std::move(row));
-  }
-  std::cout << table.Render();
-  const v1::RequestTiming& t = response.timing();
-  std::cout << absl::StrFormat(
-      "\ndevice %s: queue %.1f us, input %.1f us, compute %.1f us, output %.1f us, total %.1f us\n",
-      response.device(), t.queue_us(), t.input_us(), t.compute_us(), t.output_us(), t.total_us());
-  // Whether the nodes ran as one CUDA graph (the server's --graph_cache); nothing when they did not.
-  switch (response.graph()) {
-    case v1::GRAPH_CAPTURED: std::cout << "CUDA graph: captured from this request\n"; break;
-    case v1::GRAPH_REPLAYED: std::cout << "CUDA graph: replayed\n"; break;
-    case v1::GRAPH_REBOUND: std::cout << "CUDA graph: replayed, rebound to new tensors\n"; break;
-    default: break;
-  }
-}
-
-int Run(client::Client& c, const Flags& flags, const std::string& path) {
-  absl::StatusOr<v1::ExecuteRequest> request = client::LoadGraphFile(path);
-  if (!request.ok()) return Fail(request.status(), false);
-  // Legal, and a way to time a graph, but more often an "outputs" list forgotten or misspelt.
-  const bool keeps_something =
-      std::any_of(request->outputs().begin(), request->outputs().end(),
-                  [](const v1::OutputSpec& o) { return o.return_inline() || !o.store_as().empty(); });
-  if (!keeps_something) {
-    std::cerr << "opserve-cli: warning: " << path
-              << ": the graph returns and stores nothing (no $.outputs entry with "
-                 "\"returnInline\": true or a \"storeAs\" name); only its timings will show\n";
-  }
-  client::CallOptions call;
-  call.timeout = flags.timeout.value_or(absl::InfiniteDuration());
-  absl::StatusOr<v1::ExecuteResponse> response = c.Execute(*request, call);
-  if (!response.ok()) return Fail(response.status(), true);
-
-  std::vector<std::pair<std::string, HostTensor>> outputs;
-  for (v1::NamedTensor& named : *response->mutable_outputs()) {
-    absl::StatusOr<HostTensor> tensor = client::FromProto(named.tensor());
-    if (!tensor.ok()) {
-      return Fail(absl::DataLossError(
-                      absl::StrCat("output ", named.node(), ": ", tensor.status().message())),
-                  false);
-    }
-    outputs.emplace_back(named.node(), *std::move(tensor));
-  }
-  // The outputs are shown decoded, below the response, rather than as base64 inside it.
-  response->clear_outputs();
-  if (!flags.json) {
-    PrintRunText(*response, outputs);
-    return 0;
-  }
-  std::cout << "{\"response\": " << ProtoJson(*response) << ", \"outputs\": {";
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    std::cout << (i ? ", " : "") << JsonQuote(outputs[i].first) << ": "
-              << TensorJson(outputs[i].second);
-  }
-  std::cout << "}}\n";
-  return 0;
-}
-
 int Main(int argc, char** argv) {
   absl::StatusOr<Flags> flags = ParseFlags(argc, argv);
   if (!flags.ok()) return UsageError(flags.status().message());
@@ -448,7 +356,7 @@ int Main(int argc, char** argv) {
   if (command == "get") return Get(c, *flags, args[1], args[2]);
   if (command == "ls") return List(c, *flags);
   if (command == "rm") return Remove(c, *flags, args[1]);
-  if (command == "run") return Run(c, *flags, args[1]);
+  if (command == "run") return RunGraph(c, args[1], flags->json, flags->timeout);
   return RunBench(c, flags->bench, flags->json, std::cout);
 }
 
