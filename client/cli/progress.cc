@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -24,10 +26,18 @@ void WriteAll(int fd, const std::string& text) {
   }
 }
 
+// A terminal that can return to the line's start and clear it: not TERM=dumb (Emacs' shell),
+// which would print the escape sequence.
+bool CanDrawOn(int fd) {
+  if (isatty(fd) != 1) return false;
+  const char* term = std::getenv("TERM");
+  return term == nullptr || std::string_view(term) != "dumb";
+}
+
 }  // namespace
 
 ProgressBar::ProgressBar(std::string label, int fd)
-    : label_(std::move(label)), fd_(fd), terminal_(isatty(fd) == 1), start_(absl::Now()) {}
+    : label_(std::move(label)), fd_(fd), terminal_(CanDrawOn(fd)), start_(absl::Now()) {}
 
 void ProgressBar::Update(uint64_t done, uint64_t total) {
   if (!terminal_ || total <= kProgressMinBytes) return;

@@ -1,6 +1,6 @@
 // A progress bar for opserve-cli's transfers, drawn on stderr.
 //
-// Only for a person watching: stderr must be a terminal and the transfer over
+// Only for a person watching: stderr must be a terminal (not TERM=dumb) and the transfer over
 // kProgressMinBytes. Piped or redirected output (scripts, logs, CI) never sees it, and a small
 // transfer ends before a bar would be read.
 #pragma once

@@ -67,13 +67,13 @@ def write_npy_zeros(path, elements):
         f.truncate(f.tell() + 4 * elements)
 
 
-def run_on_terminal(argv, cwd, timeout=120):
-    """Runs argv with stderr on a pseudo-terminal (stdout piped); returns (exit code, stdout,
-    everything written to the terminal)."""
+def run_on_terminal(argv, cwd, term="xterm", timeout=120):
+    """Runs argv with stderr on a pseudo-terminal (stdout piped) and TERM set to `term` (whatever
+    the test's own environment has); returns (exit code, stdout, what the terminal got)."""
     master, slave = pty.openpty()
     try:
         process = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                   stderr=slave)
+                                   stderr=slave, env={**os.environ, "TERM": term})
     finally:
         os.close(slave)  # the child holds its own copy: EOF on master once it exits
     terminal = b""
@@ -159,8 +159,8 @@ def check_error_texts(cli, work):
 
 
 def check_progress(cli, work):
-    """A bar on a terminal for a transfer over 64 MiB; nothing when stderr is piped, nothing for
-    a small transfer."""
+    """A bar on a terminal for a transfer over 64 MiB; nothing when stderr is piped, for a small
+    transfer, or on TERM=dumb."""
     elements = PROGRESS_MIN_BYTES // 4 + (1 << 20)  # 4 MiB over the threshold
     write_npy_zeros(os.path.join(work, "big.npy"), elements)
     try:
@@ -179,6 +179,10 @@ def check_progress(cli, work):
             check(out.startswith(("put BIG", "got BIG")), f"stdout: {out!r}")
         code, _, terminal = run_on_terminal(base + ["put", "A", "a.npy", "--overwrite"], work)
         check(code == 0 and "[" not in terminal, f"a bar for a small put: {terminal!r}")
+        # A terminal that cannot clear a line would show the escape sequences as text.
+        code, _, terminal = run_on_terminal(base + ["put", "BIG", "big.npy", "--overwrite"], work,
+                                            term="dumb")
+        check(code == 0 and terminal == "", f"a bar on TERM=dumb: {terminal!r}")
     finally:
         for name in ("big.npy", "big_back.npy"):
             if os.path.exists(os.path.join(work, name)):
