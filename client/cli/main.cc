@@ -322,7 +322,7 @@ int Main(int argc, char** argv) {
   if (args.empty()) {
     return UsageError("no command given; one of health, ops, put, get, ls, rm, run, bench");
   }
-  if (args[0] == "help") {
+  if (args[0] == "help" || args[0] == "-h") {
     std::cout << kUsage << kBenchUsage;
     return 0;
   }

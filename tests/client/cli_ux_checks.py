@@ -101,9 +101,10 @@ def check_usage_errors(cli):
         lines = err.splitlines()
         check(len(lines) == 1 and "opserve-cli" in lines[0] and "--help" in lines[0] and not out,
               f"usage error for {args} is not one line pointing at --help:\n{err}")
-    out, _ = cli("--help", target=False)
-    for text in ("commands:", "put NAME FILE.npy", "--timeout=SECONDS", "--concurrency"):
-        check(text in out, f"--help lacks {text!r}:\n{out}")
+    for flag in ("--help", "-h"):
+        out, _ = cli(flag, target=False)
+        for text in ("commands:", "put NAME FILE.npy", "--timeout=SECONDS", "--concurrency"):
+            check(text in out, f"{flag} lacks {text!r}:\n{out}")
 
 
 def check_json_numbers(cli):
