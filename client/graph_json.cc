@@ -1,6 +1,8 @@
 #include "client/graph_json.h"
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -8,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/json_syntax.h"
 #include "client/npy.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
@@ -163,6 +166,7 @@ absl::Status ExtractNpyTensors(pb::Struct* inline_tensors, const std::string& js
 absl::StatusOr<v1::ExecuteRequest> ParseGraphJson(absl::string_view json,
                                                   const std::string& base_dir,
                                                   absl::string_view source) {
+  RETURN_IF_ERROR(CheckJsonSyntax(json, source));
   pb::Value root;
   pb::util::Status parsed =
       pb::util::JsonStringToMessage(pb::StringPiece(json.data(), json.size()), &root);
@@ -221,13 +225,23 @@ absl::StatusOr<v1::ExecuteRequest> LoadGraphFile(const std::string& path) {
   if (std::filesystem::is_directory(path, error)) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, not a graph file"));
   }
+  errno = 0;
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    return absl::NotFoundError(absl::StrCat(path, ": cannot open the graph file"));
+    // ifstream keeps no reason of its own; open(2) left it in errno.
+    const int err = errno;
+    const std::string message =
+        absl::StrCat(path, ": ", err != 0 ? std::strerror(err) : "cannot open the graph file");
+    if (err == EACCES) return absl::PermissionDeniedError(message);
+    return absl::NotFoundError(message);
   }
   std::stringstream text;
+  errno = 0;
   text << in.rdbuf();
-  if (in.bad()) return absl::UnavailableError(absl::StrCat(path, ": cannot read"));
+  if (in.bad()) {
+    return absl::UnavailableError(
+        absl::StrCat(path, ": cannot read: ", std::strerror(errno != 0 ? errno : EIO)));
+  }
   const std::string base_dir = std::filesystem::path(path).parent_path().string();
   return ParseGraphJson(text.str(), base_dir.empty() ? "." : base_dir, path);
 }

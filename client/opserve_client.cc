@@ -61,10 +61,16 @@ static_assert(v1::GetTensorResponse::kChunkFieldNumber == 2);
 // Drives one generic streaming call on a private completion queue. A stream allows one
 // outstanding read and one outstanding write, and these calls never overlap them, so each
 // operation simply waits for its own completion.
+//
+// With an idle timeout, an operation that does not complete in time cancels the call; the
+// operation then completes at once, failed, and stalled() tells the caller why.
 class BlockingStream {
  public:
-  BlockingStream(grpc::GenericStub* stub, grpc::ClientContext* context, const std::string& method)
-      : call_(stub->PrepareCall(context, method, &cq_)) {}
+  BlockingStream(grpc::GenericStub* stub, grpc::ClientContext* context, const std::string& method,
+                 std::optional<absl::Duration> idle_timeout = std::nullopt)
+      : context_(context),
+        idle_timeout_(idle_timeout),
+        call_(stub->PrepareCall(context, method, &cq_)) {}
   ~BlockingStream() {
     call_.reset();
     cq_.Shutdown();
@@ -96,14 +102,30 @@ class BlockingStream {
     return status;
   }
 
+  bool stalled() const { return stalled_; }
+
  private:
   bool Wait() {
     void* tag;
     bool ok = false;
+    if (idle_timeout_.has_value() && !stalled_) {
+      const auto deadline = absl::ToChronoTime(absl::Now() + *idle_timeout_);
+      switch (cq_.AsyncNext(&tag, &ok, deadline)) {
+        case grpc::CompletionQueue::GOT_EVENT: return ok;
+        case grpc::CompletionQueue::SHUTDOWN: return false;
+        case grpc::CompletionQueue::TIMEOUT:
+          stalled_ = true;
+          context_->TryCancel();
+          break;
+      }
+    }
     return cq_.Next(&tag, &ok) && ok;
   }
 
-  grpc::CompletionQueue cq_;  // declared first: call_ is prepared on it
+  grpc::ClientContext* context_;
+  std::optional<absl::Duration> idle_timeout_;
+  bool stalled_ = false;
+  grpc::CompletionQueue cq_;  // declared before call_: call_ is prepared on it
   std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call_;
 };
 
@@ -190,6 +212,19 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> Credentials(
     ASSIGN_OR_RETURN(ssl.pem_private_key, ReadFile(options.client_key_path, "client key"));
   }
   return grpc::SslCredentials(ssl);
+}
+
+// The status of a finished stream: a stall the stream itself cancelled reads as the deadline
+// it is, not as the CANCELLED gRPC reports for it.
+absl::Status StreamStatus(const BlockingStream& stream, const grpc::Status& status,
+                          absl::string_view call, absl::string_view name,
+                          std::optional<absl::Duration> idle_timeout) {
+  if (stream.stalled() && !status.ok()) {
+    return absl::DeadlineExceededError(absl::StrCat(call, " '", name, "': nothing moved for ",
+                                                    absl::FormatDuration(*idle_timeout),
+                                                    " (the server does not answer)"));
+  }
+  return ToAbslStatus(status);
 }
 
 }  // namespace
@@ -302,17 +337,20 @@ absl::StatusOr<v1::TensorInfo> Client::PutTensor(absl::string_view name, v1::DTy
 
   grpc::ClientContext context;
   Prepare(&context, call);
-  BlockingStream stream(&generic_, &context, kPutTensorMethod);
+  BlockingStream stream(&generic_, &context, kPutTensorMethod, call.idle_timeout);
   // A failed write means the server ended the call early (a name clash, say): Finish says why.
   bool sent = stream.Start() && stream.Write(BufferOf(header));
+  if (call.progress) call.progress(0, bytes);
   const char* begin = static_cast<const char*>(data);
   const uint64_t chunk = static_cast<uint64_t>(options_.chunk_bytes);
   for (uint64_t offset = 0; sent && offset < bytes; offset += chunk) {
-    sent = stream.Write(ChunkBuffer(begin + offset, std::min(chunk, bytes - offset)));
+    const uint64_t length = std::min(chunk, bytes - offset);
+    sent = stream.Write(ChunkBuffer(begin + offset, length));
+    if (sent && call.progress) call.progress(offset + length, bytes);
   }
   grpc::ByteBuffer reply;
   const bool got = sent && stream.WritesDone() && stream.Read(&reply);
-  RETURN_IF_ERROR(ToAbslStatus(stream.Finish()));
+  RETURN_IF_ERROR(StreamStatus(stream, stream.Finish(), "PutTensor", name, call.idle_timeout));
   if (!got) return absl::InternalError("PutTensor ended without a response");
   v1::PutTensorResponse response;
   RETURN_IF_ERROR(ParseBuffer(&reply, &response));
@@ -332,7 +370,7 @@ absl::StatusOr<HostTensor> Client::GetTensor(absl::string_view name, const CallO
 
   grpc::ClientContext context;
   Prepare(&context, call);
-  BlockingStream stream(&generic_, &context, kGetTensorMethod);
+  BlockingStream stream(&generic_, &context, kGetTensorMethod, call.idle_timeout);
   bool ok = stream.Start() && stream.Write(BufferOf(request)) && stream.WritesDone();
 
   HostTensor tensor;
@@ -347,7 +385,10 @@ absl::StatusOr<HostTensor> Client::GetTensor(absl::string_view name, const CallO
         problem = copied.status();
         break;
       }
-      if (*copied) continue;
+      if (*copied) {
+        if (call.progress) call.progress(tensor.data.size(), expected);
+        continue;
+      }
     }
     v1::GetTensorResponse message;
     problem = ParseBuffer(&buffer, &message);
@@ -384,6 +425,7 @@ absl::StatusOr<HostTensor> Client::GetTensor(absl::string_view name, const CallO
       }
       AdviseHugePages(tensor.data.data(), expected);
       have_info = true;
+      if (call.progress) call.progress(0, expected);
     } else if (message.has_chunk() && have_info) {
       // A chunk message with extra fields: protobuf already copied it, copy it once more.
       if (message.chunk().size() > expected - tensor.data.size()) {
@@ -391,6 +433,7 @@ absl::StatusOr<HostTensor> Client::GetTensor(absl::string_view name, const CallO
         break;
       }
       tensor.data += message.chunk();
+      if (call.progress) call.progress(tensor.data.size(), expected);
     } else {
       problem = absl::DataLossError(
           absl::StrCat("GetTensor '", name, "': expected the info first, then chunks"));
@@ -398,7 +441,8 @@ absl::StatusOr<HostTensor> Client::GetTensor(absl::string_view name, const CallO
     }
   }
   if (!problem.ok()) context.TryCancel();
-  absl::Status status = ToAbslStatus(stream.Finish());
+  absl::Status status =
+      StreamStatus(stream, stream.Finish(), "GetTensor", name, call.idle_timeout);
   if (!problem.ok()) return problem;
   RETURN_IF_ERROR(status);
   if (!have_info) return absl::DataLossError(absl::StrCat("GetTensor '", name, "': no info"));

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -54,6 +55,13 @@ struct ClientOptions {
 
 struct CallOptions {
   std::optional<absl::Duration> timeout;  // unset: ClientOptions::timeout
+  // PutTensor and GetTensor through the socket: give up with DEADLINE_EXCEEDED when no message
+  // moves for this long. Unlike a deadline it does not grow with the tensor, so it suits
+  // transfers of any size; it also ends a call to a server that accepted and never answers.
+  std::optional<absl::Duration> idle_timeout;
+  // PutTensor and GetTensor through the socket: called on the caller's thread after each chunk
+  // (and once with done == 0 when the size is known), with the bytes moved and the total.
+  std::function<void(uint64_t done, uint64_t total)> progress;
 };
 
 class Client {

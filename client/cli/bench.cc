@@ -58,6 +58,8 @@ constexpr int64_t kMaxLevelSamples = 4'000'000;
 constexpr int64_t kMaxLevelErrors = 100;
 // The deadline of each call when --timeout is not given, so no caller can wait for ever.
 constexpr absl::Duration kDefaultCallTimeout = absl::Seconds(60);
+// Wide enough for the numbers of a level (a p99 of 9999999 us, 99999.9 req/s) to align.
+constexpr size_t kMinColumnWidth = 8;
 constexpr int kMaxWarmupRequests = 1000;
 constexpr char kStoredPrefix[] = "__opserve_cli_bench";
 
@@ -544,7 +546,7 @@ absl::Status SetBenchFlag(absl::string_view name, absl::string_view value, Bench
 
 int RunBench(client::Client& client, const BenchOptions& o, bool json, std::ostream& out) {
   auto usage_error = [](absl::string_view message) {
-    std::cerr << "opserve-cli: bench: " << message << "\n\n" << kBenchUsage;
+    std::cerr << "opserve-cli: bench: " << message << " (see opserve-cli --help)\n";
     return 2;
   };
   if (!o.allow_remote && !IsLoopbackTarget(client.options().target)) {
@@ -602,39 +604,49 @@ int RunBench(client::Client& client, const BenchOptions& o, bool json, std::ostr
                {"GB/s", true},
                {"server_compute_us", true},
                {"server_queue_us", true}});
+  // Each level's row is written and flushed as soon as it is measured, pipe or not: a sweep
+  // runs for minutes, and whoever watches it (or tails its log) sees each level as it ends.
+  // The columns are therefore as wide as their headers, not as their widest cell.
   if (!json) {
     out << absl::StrFormat(
         "bench %s, inputs %s, %s per level, target %s\n", label,
         o.stored_inputs ? "stored" : "inline",
         o.requests ? absl::StrCat(*o.requests, " requests") : absl::StrCat(seconds, " s"),
         client.options().target);
+    out << table.HeaderLine(kMinColumnWidth) << std::flush;
+  } else {
+    // The object's fields before its levels, the levels as they come, "]}" after the last.
+    out << absl::StrFormat(
+               "{\"graph\": %s, \"inputs\": \"%s\", \"target\": %s, \"duration_s\": %s, "
+               "\"requests\": %s, \"warmup\": %d, \"levels\": [",
+               JsonQuote(label), o.stored_inputs ? "stored" : "inline",
+               JsonQuote(client.options().target),
+               o.duration_s ? absl::StrCat(*o.duration_s)
+                            : (o.requests ? "null" : absl::StrCat(seconds)),
+               o.requests ? absl::StrCat(*o.requests) : "null", o.warmup_requests)
+        << std::flush;
   }
   for (int concurrency : Levels(o)) {
     LevelResult r =
         RunLevel(client, *request, concurrency, seconds, max_requests, o.warmup_requests, call);
-    table.AddRow({absl::StrCat(r.concurrency), absl::StrCat(r.requests), absl::StrCat(r.errors),
+    if (!json) {
+      out << table.RowLine(
+                 {absl::StrCat(r.concurrency), absl::StrCat(r.requests), absl::StrCat(r.errors),
                   absl::StrFormat("%.1f", r.Throughput()), absl::StrFormat("%.0f", r.p50_us),
                   absl::StrFormat("%.0f", r.p90_us), absl::StrFormat("%.0f", r.p99_us),
                   absl::StrFormat("%.4f", r.Gbps()), absl::StrFormat("%.1f", r.server_compute_us),
-                  absl::StrFormat("%.1f", r.server_queue_us)});
+                  absl::StrFormat("%.1f", r.server_queue_us)},
+                 kMinColumnWidth)
+          << std::flush;
+    } else {
+      out << (results.empty() ? "" : ", ") << LevelJson(r) << std::flush;
+    }
     const bool failed = r.errors > 0;
     results.push_back(std::move(r));
     if (failed) break;  // the server is refusing: the next levels would measure errors
   }
 
-  if (json) {
-    std::vector<std::string> levels;
-    for (const LevelResult& r : results) levels.push_back(LevelJson(r));
-    out << absl::StrFormat(
-        "{\"graph\": %s, \"inputs\": \"%s\", \"target\": %s, \"duration_s\": %s, "
-        "\"requests\": %s, \"warmup\": %d, \"levels\": [%s]}\n",
-        JsonQuote(label), o.stored_inputs ? "stored" : "inline", JsonQuote(client.options().target),
-        o.duration_s ? absl::StrCat(*o.duration_s) : (o.requests ? "null" : absl::StrCat(seconds)),
-        o.requests ? absl::StrCat(*o.requests) : "null", o.warmup_requests,
-        absl::StrJoin(levels, ", "));
-  } else {
-    out << table.Render();
-  }
+  if (json) out << "]}\n" << std::flush;
   for (const LevelResult& r : results) {
     if (r.errors > 0) {
       std::cerr << "opserve-cli: bench: " << r.errors << " request(s) failed at concurrency "

@@ -46,30 +46,46 @@ std::string Elements(const client::HostTensor& tensor, uint64_t begin, uint64_t 
 
 }  // namespace
 
-std::string Table::Render() const {
+std::vector<size_t> Table::HeaderWidths(size_t min_width) const {
   std::vector<size_t> widths;
-  for (const Column& column : columns_) widths.push_back(column.header.size());
+  for (const Column& column : columns_) widths.push_back(std::max(min_width, column.header.size()));
+  return widths;
+}
+
+std::string Table::Line(const std::vector<std::string>& cells,
+                        const std::vector<size_t>& widths) const {
+  std::string line;
+  for (size_t i = 0; i < columns_.size(); ++i) {
+    const std::string& cell = i < cells.size() ? cells[i] : "";
+    const std::string pad(widths[i] - std::min(widths[i], cell.size()), ' ');
+    absl::StrAppend(&line, i ? "  " : "", columns_[i].right_align ? pad + cell : cell + pad);
+  }
+  line.erase(line.find_last_not_of(' ') + 1);
+  return line + "\n";
+}
+
+std::string Table::Render() const {
+  std::vector<size_t> widths = HeaderWidths(0);
   for (const auto& row : rows_) {
     for (size_t i = 0; i < row.size() && i < widths.size(); ++i) {
       widths[i] = std::max(widths[i], row[i].size());
     }
   }
-  std::string out;
-  auto add_line = [&](const std::vector<std::string>& cells) {
-    std::string line;
-    for (size_t i = 0; i < columns_.size(); ++i) {
-      const std::string& cell = i < cells.size() ? cells[i] : "";
-      const std::string pad(widths[i] - cell.size(), ' ');
-      absl::StrAppend(&line, i ? "  " : "", columns_[i].right_align ? pad + cell : cell + pad);
-    }
-    line.erase(line.find_last_not_of(' ') + 1);
-    absl::StrAppend(&out, line, "\n");
-  };
   std::vector<std::string> headers;
   for (const Column& column : columns_) headers.push_back(column.header);
-  add_line(headers);
-  for (const auto& row : rows_) add_line(row);
+  std::string out = Line(headers, widths);
+  for (const auto& row : rows_) out += Line(row, widths);
   return out;
+}
+
+std::string Table::HeaderLine(size_t min_width) const {
+  std::vector<std::string> headers;
+  for (const Column& column : columns_) headers.push_back(column.header);
+  return Line(headers, HeaderWidths(min_width));
+}
+
+std::string Table::RowLine(const std::vector<std::string>& cells, size_t min_width) const {
+  return Line(cells, HeaderWidths(min_width));
 }
 
 std::string FormatElement(const client::HostTensor& tensor, uint64_t index) {
@@ -171,10 +187,22 @@ std::string JsonQuote(absl::string_view text) {
   return out + "\"";
 }
 
+std::string InfoLine(const v1::TensorInfo& info) {
+  return absl::StrCat(
+      info.name(), ": ", client::DTypeName(info.dtype()),
+      client::ShapeString(std::vector<int64_t>(info.shape().begin(), info.shape().end())), ", ",
+      FormatBytes(info.bytes()), " on ", info.device());
+}
+
 std::string FailureText(const absl::Status& status, bool from_server) {
   if (from_server) {
+    // gRPC's own text for a deadline says nothing of which deadline, or how to change it.
+    const bool bare_deadline =
+        absl::IsDeadlineExceeded(status) && status.message() == "Deadline Exceeded";
     return absl::StrCat("opserve-cli: ", absl::StatusCodeToString(status.code()), ": ",
-                        status.message());
+                        status.message(),
+                        bare_deadline ? " (no answer in time; --timeout=SECONDS sets the deadline)"
+                                      : "");
   }
   return absl::StrCat("opserve-cli: ", status.message());
 }

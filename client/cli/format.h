@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "client/host_tensor.h"
+#include "opserve/v1/opserve.pb.h"
 
 namespace opserve::cli {
 
@@ -21,7 +22,15 @@ class Table {
   void AddRow(std::vector<std::string> cells) { rows_.push_back(std::move(cells)); }
   std::string Render() const;
 
+  // For rows printed as they come (no AddRow): each column as wide as its header and at least
+  // `min_width`; a longer cell widens its own line only.
+  std::string HeaderLine(size_t min_width) const;
+  std::string RowLine(const std::vector<std::string>& cells, size_t min_width) const;
+
  private:
+  std::string Line(const std::vector<std::string>& cells, const std::vector<size_t>& widths) const;
+  std::vector<size_t> HeaderWidths(size_t min_width) const;
+
   std::vector<Column> columns_;
   std::vector<std::vector<std::string>> rows_;
 };
@@ -41,11 +50,15 @@ std::string TensorJson(const client::HostTensor& tensor);
 // "12.0 KiB", "1.00 GiB".
 std::string FormatBytes(uint64_t bytes);
 
+// "A: float32[64, 48], 12.0 KiB on cpu".
+std::string InfoLine(const v1::TensorInfo& info);
+
 // A JSON string literal with escapes.
 std::string JsonQuote(absl::string_view text);
 
 // How the CLI reports a failure on stderr: "opserve-cli: CODE: message" for a status the server
-// sent, "opserve-cli: message" for a local one.
+// sent, "opserve-cli: message" for a local one. gRPC's bare "Deadline Exceeded" gets a hint at
+// --timeout.
 std::string FailureText(const absl::Status& status, bool from_server);
 
 }  // namespace opserve::cli

@@ -3,12 +3,12 @@
 //   opserve-cli [--target HOST:PORT] [--token T] [--json] COMMAND [ARGS]
 //
 // Exit status: 0 on success, 1 on any failure (a gRPC error prints its code name and message),
-// 2 on a usage error.
-#include <algorithm>
+// 2 on a usage error (one line on stderr; --help prints the whole usage).
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -20,16 +20,23 @@
 #include "absl/time/clock.h"
 #include "client/cli/bench.h"
 #include "client/cli/format.h"
-#include "client/graph_json.h"
+#include "client/cli/progress.h"
+#include "client/cli/proto_json.h"
+#include "client/cli/run.h"
 #include "client/npy.h"
 #include "client/opserve_client.h"
 #include "common/mutex_checks.h"
-#include "google/protobuf/util/json_util.h"
 
 namespace opserve::cli {
 namespace {
 
 using client::HostTensor;
+
+// Calls that run no graph answer in milliseconds; one still waiting after this is talking to a
+// server that accepted the connection and does not answer (stopped, or not opserve at all).
+// Transfers take it as the longest a chunk may stall rather than a deadline, since their length
+// grows with the tensor; graph runs get no deadline, since a big graph legitimately runs long.
+constexpr absl::Duration kDefaultDeadline = absl::Seconds(30);
 
 constexpr char kUsage[] = R"(usage: opserve-cli [FLAGS] COMMAND [ARGS]
 
@@ -38,10 +45,13 @@ commands:
   ops                         the ops and algorithms the server offers
   put NAME FILE.npy           upload a .npy file as tensor NAME (--overwrite to replace)
   get NAME FILE.npy           download tensor NAME into a .npy file
+                              (put and get draw a progress bar over 64 MiB when stderr is a
+                              terminal)
   ls                          list stored tensors
   rm NAME                     delete tensor NAME
   run GRAPH.json              execute a graph (ExecuteRequest JSON; inline tensors may be
-                              {"npy": "file.npy"}, relative to the graph file)
+                              {"npy": "file.npy"}, relative to the graph file); warns when the
+                              graph neither returns nor stores an output
   bench                       load the server with one graph at a concurrency or a sweep of
                               them: throughput, latency percentiles, GB/s (flags below)
 
@@ -50,8 +60,11 @@ flags:
   --token=T                   bearer token (default $OPSERVE_TOKEN)
   --session=ID                x-opserve-session metadata, for proxies that route a session's
                               calls to one replica (default $OPSERVE_SESSION)
-  --json                      machine-readable output
-  --timeout=SECONDS           deadline of each call (default: none)
+  --json                      machine-readable output: one JSON object (bench: its levels as
+                              they are measured), integers as JSON numbers
+  --timeout=SECONDS           deadline of each call, graph runs included (default: 30 s for
+                              calls that run no graph, put and get over the socket give up
+                              after 30 s without progress instead; run: none; bench: 60 s)
   --chunk_bytes=N             transfer chunk size (default 4190208: 4 MiB less a page)
   --root_ca=PEM               use TLS with this root CA
   --client_cert=PEM --client_key=PEM   mutual TLS
@@ -63,6 +76,7 @@ flags:
 
 struct Flags {
   client::ClientOptions client;
+  std::optional<absl::Duration> timeout;  // --timeout
   bool json = false;
   bool overwrite = false;
   bool shm = false;
@@ -126,7 +140,7 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
         return absl::InvalidArgumentError(
             absl::StrCat("--timeout wants seconds > 0, got '", value, "'"));
       }
-      flags.client.timeout = absl::Seconds(seconds);
+      flags.timeout = absl::Seconds(seconds);
     } else if (name == "chunk_bytes") {
       if (!absl::SimpleAtoi(value, &number) || number <= 0) {
         return absl::InvalidArgumentError(
@@ -158,24 +172,26 @@ int Fail(const absl::Status& status, bool from_server) {
   return 1;
 }
 
-std::string ProtoJson(const google::protobuf::Message& message) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.always_print_primitive_fields = true;
-  std::string out;
-  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
-  return out;
+// A usage error: one line naming the problem, and where the rest is.
+int UsageError(absl::string_view message) {
+  std::cerr << "opserve-cli: " << message << " (see opserve-cli --help)\n";
+  return 2;
+}
+
+// Put and get without --timeout: no deadline for the whole transfer, but a limit on a stall.
+client::CallOptions TransferCall(const Flags& flags, ProgressBar* progress) {
+  client::CallOptions call;
+  if (!flags.timeout.has_value()) {
+    // Through shared memory the bytes move inside unary calls: a plain deadline bounds them.
+    (flags.shm ? call.timeout : call.idle_timeout) = kDefaultDeadline;
+  }
+  call.progress = [progress](uint64_t done, uint64_t total) { progress->Update(done, total); };
+  return call;
 }
 
 double Gbps(uint64_t bytes, absl::Duration elapsed) {
   const double seconds = absl::ToDoubleSeconds(elapsed);
   return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0;
-}
-
-std::string InfoLine(const v1::TensorInfo& info) {
-  return absl::StrCat(
-      info.name(), ": ", client::DTypeName(info.dtype()),
-      client::ShapeString(std::vector<int64_t>(info.shape().begin(), info.shape().end())), ", ",
-      FormatBytes(info.bytes()), " on ", info.device());
 }
 
 int Health(client::Client& c, const Flags& flags) {
@@ -219,10 +235,14 @@ int Ops(client::Client& c, const Flags& flags) {
 int Put(client::Client& c, const Flags& flags, const std::string& name, const std::string& path) {
   absl::StatusOr<HostTensor> tensor = client::ReadNpyFile(path);
   if (!tensor.ok()) return Fail(tensor.status(), false);
+  ProgressBar progress(absl::StrCat("put ", name));
+  const client::CallOptions call = TransferCall(flags, &progress);
   const absl::Time start = absl::Now();
-  absl::StatusOr<v1::TensorInfo> info = flags.shm ? c.PutTensorShm(name, *tensor, flags.overwrite)
-                                                  : c.PutTensor(name, *tensor, flags.overwrite);
+  absl::StatusOr<v1::TensorInfo> info = flags.shm
+                                            ? c.PutTensorShm(name, *tensor, flags.overwrite, call)
+                                            : c.PutTensor(name, *tensor, flags.overwrite, call);
   const absl::Duration elapsed = absl::Now() - start;
+  progress.Finish();
   if (!info.ok()) return Fail(info.status(), true);
   const double gbps = Gbps(tensor->data.size(), elapsed);
   if (flags.json) {
@@ -237,9 +257,13 @@ int Put(client::Client& c, const Flags& flags, const std::string& name, const st
 }
 
 int Get(client::Client& c, const Flags& flags, const std::string& name, const std::string& path) {
+  ProgressBar progress(absl::StrCat("get ", name));
+  const client::CallOptions call = TransferCall(flags, &progress);
   const absl::Time start = absl::Now();
-  absl::StatusOr<HostTensor> tensor = flags.shm ? c.GetTensorShm(name) : c.GetTensor(name);
+  absl::StatusOr<HostTensor> tensor =
+      flags.shm ? c.GetTensorShm(name, call) : c.GetTensor(name, call);
   const absl::Duration elapsed = absl::Now() - start;
+  progress.Finish();
   if (!tensor.ok()) return Fail(tensor.status(), true);
   if (absl::Status written = client::WriteNpyFile(path, *tensor); !written.ok()) {
     return Fail(written, false);
@@ -291,93 +315,14 @@ int Remove(client::Client& c, const Flags& flags, const std::string& name) {
   return 0;
 }
 
-void PrintRunText(const v1::ExecuteResponse& response,
-                  const std::vector<std::pair<std::string, HostTensor>>& outputs) {
-  for (const auto& [node, tensor] : outputs) {
-    std::cout << "output " << node << ": " << DescribeTensor(tensor) << "\n";
-  }
-  for (const v1::TensorInfo& info : response.stored()) {
-    std::cout << "stored " << InfoLine(info) << "\n";
-  }
-  if (!outputs.empty() || response.stored_size() > 0) std::cout << "\n";
-  // A node the planner fused into another ran no kernel of its own: it reports the fused
-  // kernel's figures, shared with the node named in the "fused into" column (shown only when
-  // some node was fused).
-  const bool fused = std::any_of(response.nodes().begin(), response.nodes().end(),
-                                 [](const v1::NodeResult& n) { return !n.fused_into().empty(); });
-  std::vector<Table::Column> columns = {{"node"},          {"op"},           {"algorithm"},
-                                        {"shape"},         {"kernel_us", true}, {"bytes", true},
-                                        {"GB/s", true},    {"GFLOP/s", true}};
-  if (fused) columns.push_back({"fused into"});
-  Table table(std::move(columns));
-  for (const v1::NodeResult& node : response.nodes()) {
-    std::vector<std::string> row = {
-        node.id(), node.op(), node.algorithm(),
-        absl::StrCat(client::DTypeName(node.dtype()),
-                     client::ShapeString(
-                         std::vector<int64_t>(node.shape().begin(), node.shape().end()))),
-        absl::StrFormat("%.1f", node.kernel_us()), absl::StrCat(node.bytes()),
-        absl::StrFormat("%.2f", node.gbps()), absl::StrFormat("%.2f", node.gflops())};
-    if (fused) row.push_back(node.fused_into());
-    table.AddRow(std::move(row));
-  }
-  std::cout << table.Render();
-  const v1::RequestTiming& t = response.timing();
-  std::cout << absl::StrFormat(
-      "\ndevice %s: queue %.1f us, input %.1f us, compute %.1f us, output %.1f us, total %.1f us\n",
-      response.device(), t.queue_us(), t.input_us(), t.compute_us(), t.output_us(), t.total_us());
-  // Whether the nodes ran as one CUDA graph (the server's --graph_cache); nothing when they did not.
-  switch (response.graph()) {
-    case v1::GRAPH_CAPTURED: std::cout << "CUDA graph: captured from this request\n"; break;
-    case v1::GRAPH_REPLAYED: std::cout << "CUDA graph: replayed\n"; break;
-    case v1::GRAPH_REBOUND: std::cout << "CUDA graph: replayed, rebound to new tensors\n"; break;
-    default: break;
-  }
-}
-
-int Run(client::Client& c, const Flags& flags, const std::string& path) {
-  absl::StatusOr<v1::ExecuteRequest> request = client::LoadGraphFile(path);
-  if (!request.ok()) return Fail(request.status(), false);
-  absl::StatusOr<v1::ExecuteResponse> response = c.Execute(*request);
-  if (!response.ok()) return Fail(response.status(), true);
-
-  std::vector<std::pair<std::string, HostTensor>> outputs;
-  for (v1::NamedTensor& named : *response->mutable_outputs()) {
-    absl::StatusOr<HostTensor> tensor = client::FromProto(named.tensor());
-    if (!tensor.ok()) {
-      return Fail(absl::DataLossError(
-                      absl::StrCat("output ", named.node(), ": ", tensor.status().message())),
-                  false);
-    }
-    outputs.emplace_back(named.node(), *std::move(tensor));
-  }
-  // The outputs are shown decoded, below the response, rather than as base64 inside it.
-  response->clear_outputs();
-  if (!flags.json) {
-    PrintRunText(*response, outputs);
-    return 0;
-  }
-  std::cout << "{\"response\": " << ProtoJson(*response) << ", \"outputs\": {";
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    std::cout << (i ? ", " : "") << JsonQuote(outputs[i].first) << ": "
-              << TensorJson(outputs[i].second);
-  }
-  std::cout << "}}\n";
-  return 0;
-}
-
 int Main(int argc, char** argv) {
   absl::StatusOr<Flags> flags = ParseFlags(argc, argv);
-  if (!flags.ok()) {
-    std::cerr << "opserve-cli: " << flags.status().message() << "\n\n" << kUsage << kBenchUsage;
-    return 2;
-  }
+  if (!flags.ok()) return UsageError(flags.status().message());
   const std::vector<std::string>& args = flags->args;
   if (args.empty()) {
-    std::cerr << kUsage;
-    return 2;
+    return UsageError("no command given; one of health, ops, put, get, ls, rm, run, bench");
   }
-  if (args[0] == "help") {
+  if (args[0] == "help" || args[0] == "-h") {
     std::cout << kUsage << kBenchUsage;
     return 0;
   }
@@ -385,21 +330,21 @@ int Main(int argc, char** argv) {
                                                {"ls", 1},     {"rm", 2},  {"run", 2}, {"bench", 1}};
   const auto expected = arity.find(args[0]);
   if (expected == arity.end()) {
-    std::cerr << "opserve-cli: unknown command '" << args[0] << "'\n\n" << kUsage;
-    return 2;
+    return UsageError(absl::StrCat("unknown command '", args[0], "'"));
   }
   if (args.size() != expected->second) {
-    std::cerr << "opserve-cli: " << args[0] << " takes " << expected->second - 1
-              << " argument(s), got " << args.size() - 1 << "\n\n"
-              << kUsage;
-    return 2;
+    return UsageError(absl::StrCat(args[0], " takes ", expected->second - 1, " argument(s), got ",
+                                   args.size() - 1));
   }
   if (args[0] != "bench" && !flags->first_bench_flag.empty()) {
-    std::cerr << "opserve-cli: --" << flags->first_bench_flag << " is a flag of bench, not of "
-              << args[0] << "\n\n"
-              << kUsage;
-    return 2;
+    return UsageError(
+        absl::StrCat("--", flags->first_bench_flag, " is a flag of bench, not of ", args[0]));
   }
+  // Graph runs and transfers take their limits per call (Run, TransferCall); bench sets its own.
+  const bool per_call = args[0] == "run" || args[0] == "bench" || args[0] == "put" ||
+                        args[0] == "get";
+  flags->client.timeout =
+      flags->timeout.value_or(per_call ? absl::InfiniteDuration() : kDefaultDeadline);
   absl::StatusOr<std::unique_ptr<client::Client>> connected =
       client::Client::Connect(flags->client);
   if (!connected.ok()) return Fail(connected.status(), false);
@@ -411,7 +356,7 @@ int Main(int argc, char** argv) {
   if (command == "get") return Get(c, *flags, args[1], args[2]);
   if (command == "ls") return List(c, *flags);
   if (command == "rm") return Remove(c, *flags, args[1]);
-  if (command == "run") return Run(c, *flags, args[1]);
+  if (command == "run") return RunGraph(c, args[1], flags->json, flags->timeout);
   return RunBench(c, flags->bench, flags->json, std::cout);
 }
 

@@ -5,7 +5,10 @@ Generates the demo inputs (examples/make_demo_inputs.py) into --work-dir next to
 examples/demo_graph.json, starts opserve on a free loopback port, then runs the CLI:
 health, put, run (text and --json, compared with the float64 reference), get, ls --json, rm,
 and the failure paths: a gRPC error (code name, exit 1), bad .npy and graph files (the file and
-the JSON path named, exit 1) and usage errors (exit 2).
+the JSON path named, exit 1) and usage errors (exit 2). cli_ux_checks.py adds what a user meets:
+one-line usage errors, JSON numbers, OS reasons and line:column, the progress bar on a terminal
+only, bench rows as measured, and the default deadlines against a server that never answers
+(these run in the background from the start, since they take the default's 30 s).
 """
 
 import argparse
@@ -20,6 +23,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "support"))
 from e2e_script import Failure, check, logger, report_failure, start_opserve  # noqa: E402
+import cli_ux_checks as ux  # noqa: E402 - beside this file
 
 FLOAT32_EPS = 2.0 ** -24
 
@@ -33,7 +37,10 @@ class Cli:
         self.last_pid = None  # of the last run: the client library names its shm objects by it
 
     def __call__(self, *args, code=0, target=True):
-        argv = [self.binary] + ([f"--target={self.target}"] if target else []) + list(args)
+        """target: True for the server's, False for none, or another HOST:PORT."""
+        if target is True:
+            target = self.target
+        argv = [self.binary] + ([f"--target={target}"] if target else []) + list(args)
         with subprocess.Popen(argv, cwd=self.cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) as process:
             self.last_pid = process.pid
@@ -74,6 +81,14 @@ def check_means(values, demo):
 
 
 def exercise(cli, work, demo):
+    deadlines = ux.DeadlineChecks(cli, work)  # 30 s in the background
+    try:
+        exercise_all(cli, work, demo, deadlines)
+    finally:
+        deadlines.close()
+
+
+def exercise_all(cli, work, demo, deadlines):
     out, _ = cli("health")
     check(out.strip() == "SERVING", f"health printed {out!r}")
     out, _ = cli("put", "A", "a.npy", "--overwrite")
@@ -149,9 +164,19 @@ def exercise(cli, work, demo):
     _, err = cli("run", "npy_graph.json", code=1)
     check("$.inlineTensors.B.npy" in err and "nope.npy" in err, f"graph with a missing .npy: {err!r}")
 
-    cli("frobnicate", code=2)
-    cli("put", "A", code=2)
-    cli("--no_such_flag", "ls", code=2)
+    ux.check_usage_errors(cli)
+    log("usage errors: one line each, --help the whole text")
+    ux.check_json_numbers(cli)
+    log("--json: integers are JSON numbers")
+    ux.check_error_texts(cli, work)
+    log("errors: the OS reason, JSON line:column, a warning for a graph that keeps nothing")
+    ux.check_progress(cli, work)
+    log("progress: a bar on a terminal over 64 MiB, nothing when piped or small")
+    ux.check_bench_streams(cli, work)
+    log("bench: each level's row read before the sweep ends, text and --json")
+    deadlines.check_explicit()
+    deadlines.check_defaults()
+    log("deadlines: DEADLINE_EXCEEDED by --timeout and by the default; a graph run waits")
     cli("rm", "A")
 
 

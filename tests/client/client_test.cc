@@ -1,6 +1,6 @@
 // The client library against the real `opserve` binary (CPU backend, started per test through
-// tests/e2e/server_process.h): chunked transfers, status mapping, bearer tokens, deadlines and
-// health.
+// tests/e2e/server_process.h): chunked transfers and their progress, status mapping, bearer
+// tokens, deadlines, idle timeouts and health.
 //
 // Mock nothing that can run here. The in-process fake (fake_opserve.h) remains only for what the
 // real server cannot be made to do:
@@ -12,9 +12,20 @@
 //  - send a malformed GetTensor stream (a chunk before the info, more or fewer bytes than
 //    announced, an inconsistent or a second info, an absurd size): the client must turn each
 //    into an error, and no correct server sends one.
+// A server that hangs (accepts, completes HTTP/2's handshake, never answers) is a raw socket
+// here (MuteServer): the real server cannot be made to hang.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "client/opserve_client.h"
@@ -449,6 +460,106 @@ TEST(ClientAgainstFake, MalformedDownloadsAreErrors) {
     EXPECT_EQ(got.status().code(), c.code) << got.status();
     EXPECT_THAT(std::string(got.status().message()), HasSubstr(c.fragment));
   }
+}
+
+TEST_F(ClientTest, ReportsTransferProgressPerChunk) {
+  const HostTensor tensor = Pattern(v1::FLOAT32, {5, 1000, 1000});  // 20 MB: 5 chunks of 4 MiB
+  const uint64_t total = tensor.data.size();
+  for (const bool put : {true, false}) {
+    std::vector<std::pair<uint64_t, uint64_t>> calls;
+    CallOptions call;
+    call.progress = [&calls](uint64_t done, uint64_t of) { calls.emplace_back(done, of); };
+    if (put) {
+      ASSERT_TRUE(client_->PutTensor("p", tensor, /*overwrite=*/true, call).ok());
+    } else {
+      ASSERT_TRUE(client_->GetTensor("p", call).ok());
+    }
+    const uint64_t chunks = (total + kDefaultChunkBytes - 1) / kDefaultChunkBytes;
+    ASSERT_GE(calls.size(), chunks + 1) << (put ? "put" : "get");
+    EXPECT_EQ(calls.front(), std::make_pair(uint64_t{0}, total));
+    EXPECT_EQ(calls.back(), std::make_pair(total, total));
+    for (size_t i = 1; i < calls.size(); ++i) {
+      EXPECT_GT(calls[i].first, calls[i - 1].first) << "call " << i;
+      EXPECT_EQ(calls[i].second, total);
+    }
+  }
+}
+
+// A listener that speaks just enough HTTP/2 for gRPC to consider the channel ready (its SETTINGS
+// and the ack of the client's) and then never answers: a server that hangs.
+class MuteServer {
+ public:
+  MuteServer() {
+    listener_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof(address);
+    if (bind(listener_, reinterpret_cast<sockaddr*>(&address), length) != 0 ||
+        listen(listener_, 8) != 0 ||
+        getsockname(listener_, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+      ADD_FAILURE() << "MuteServer: " << std::strerror(errno);
+    }
+    port_ = ntohs(address.sin_port);
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~MuteServer() {
+    stop_ = true;
+    thread_.join();
+    for (int fd : connections_) close(fd);
+    close(listener_);
+  }
+  std::string target() const { return absl::StrCat("127.0.0.1:", port_); }
+
+ private:
+  void Serve() {
+    static constexpr unsigned char kSettingsAndAck[] = {0, 0, 0, 4, 0, 0, 0, 0, 0,
+                                                        0, 0, 0, 4, 1, 0, 0, 0, 0};
+    while (!stop_) {
+      std::vector<pollfd> fds = {{listener_, POLLIN, 0}};
+      for (int fd : connections_) fds.push_back({fd, POLLIN, 0});
+      if (poll(fds.data(), fds.size(), 50) <= 0) continue;
+      if (fds[0].revents & POLLIN) {
+        const int fd = accept(listener_, nullptr, nullptr);
+        if (fd < 0) continue;
+        (void)!write(fd, kSettingsAndAck, sizeof(kSettingsAndAck));
+        connections_.push_back(fd);
+      }
+      char sink[65536];
+      for (size_t i = 1; i < fds.size(); ++i) {
+        if (fds[i].revents & POLLIN) (void)!read(fds[i].fd, sink, sizeof(sink));
+      }
+    }
+  }
+
+  int listener_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::vector<int> connections_;  // touched by Serve alone until the destructor's join
+  std::thread thread_;
+};
+
+TEST(ClientConnect, IdleTimeoutEndsTransfersToAServerThatNeverAnswers) {
+  MuteServer mute;
+  ClientOptions options;
+  options.target = mute.target();
+  auto client = Client::Connect(options);
+  ASSERT_TRUE(client.ok());
+  const CallOptions call = {.idle_timeout = absl::Milliseconds(500)};
+  for (const bool put : {true, false}) {
+    const absl::Time start = absl::Now();
+    const absl::Status status =
+        put ? (*client)->PutTensor("t", Pattern(v1::INT32, {1 << 20}), false, call).status()
+            : (*client)->GetTensor("t", call).status();
+    const absl::Duration took = absl::Now() - start;
+    EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+    EXPECT_THAT(std::string(status.message()),
+                HasSubstr(absl::StrCat(put ? "PutTensor" : "GetTensor", " 't': nothing moved")));
+    EXPECT_LT(took, absl::Seconds(5)) << (put ? "put" : "get");
+  }
+  // A plain deadline ends a unary call to it the same way.
+  EXPECT_EQ((*client)->ListTensors({.timeout = absl::Milliseconds(500)}).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
 }
 
 TEST(ClientConnect, RejectsBadOptions) {
