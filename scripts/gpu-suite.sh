@@ -9,6 +9,8 @@
 # --max_compute_capability, and the in-process kernel tests create their backend with the same
 # cap ($OPSERVE_TEST_MAX_COMPUTE_CAPABILITY), so rows above it are skipped, never run.
 #   --max-cc=X.Y   cap the suite at X.Y (the binaries as they are)
+#   --shards=N     run the kernel table's cases (Table/*) as N gtest shards at once: their CPU
+#                  references, not the GPU, bound that part, and a GPU host has the cores
 #   --capped80     the bundle's capped80/ binaries (kernels built as compute_80 PTX only,
 #                  OPSERVE_CUDA_ARCHS=80-virtual, so the driver JIT-compiles them for this GPU)
 #                  with --max-cc=8.0: what an A100 would run, from the code an A100 would load
@@ -18,12 +20,13 @@
 # `make test-build` makes in build-test: the fault tests use the server's --test_* flags)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-sanitize=0 max_cc="" capped80=0 build=build-test
+sanitize=0 max_cc="" capped80=0 shards=1 build=build-test
 for arg in "$@"; do
   case $arg in
     --sanitize) sanitize=1 ;;
     --max-cc=*) max_cc=${arg#--max-cc=} ;;
     --capped80) capped80=1 max_cc=8.0 ;;
+    --shards=*) shards=${arg#--shards=} ;;
     -*) echo "gpu-suite: unknown option $arg" >&2; exit 2 ;;
     *) build=$arg ;;
   esac
@@ -86,7 +89,25 @@ for x in glob.glob(sys.argv[1] + "/*.xml"):
 print(f"{p} passed, {f} failed, {s} skipped")
 PY
 }
-run gpu_test "$(find_bin gpu_test)"
+if [[ $shards -gt 1 ]]; then
+  # The table's cases in shards side by side (each its own XML, summed by `summary`), then the rest.
+  echo "== gpu_test (Table/* in $shards shards)"
+  gpu_test_bin=$(find_bin gpu_test)
+  pids=()
+  for ((i = 0; i < shards; i++)); do
+    GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i "$gpu_test_bin" --gtest_filter='Table/*' \
+      --gtest_output="xml:$out/gpu_test_table$i.xml" > "$out/gpu_test_table$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for i in "${!pids[@]}"; do
+    wait "${pids[$i]}" || status=1
+    grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/gpu_test_table$i.log" | head -5
+    grep -E '^\[  FAILED  \]' "$out/gpu_test_table$i.log" | head -40
+  done
+  run gpu_test "$gpu_test_bin" --gtest_filter='-Table/*'
+else
+  run gpu_test "$(find_bin gpu_test)"
+fi
 run e2e_cuda "$(find_bin e2e_test)"
 # The Open Inference Protocol's Python client test (tests/python/kserve_test.py, written from the
 # specification) against the CUDA backend. It needs python3 with grpc and numpy; it generates its

@@ -527,13 +527,21 @@ int Run() {
   // A 64 MiB HTTP/2 stream window: uploads of large tensors stop waiting on window updates
   // (client/TUNING.md).
   builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 20);
+  // No SO_REUSEPORT: gRPC sets it by default, and then a second server on a port in use starts
+  // and the kernel splits the connections between the two. Each holds its own tensors, so a
+  // client's put and its next get could land on different servers; the second start fails.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(max_message);
   builder.SetMaxSendMessageSize(max_message);
   builder.RegisterService(&service);
   builder.RegisterService(&inference);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {
-    std::cerr << "opserve: cannot listen on port " << absl::GetFlag(FLAGS_port) << std::endl;
+    std::cerr << "opserve: cannot listen on " << absl::GetFlag(FLAGS_host) << ":"
+              << absl::GetFlag(FLAGS_port)
+              << ": the port is in use by another process, or the host is not an address of "
+                 "this machine"
+              << std::endl;
     return 2;
   }
   auto* health = server->GetHealthCheckService();

@@ -297,5 +297,24 @@ TEST_F(AbandonedUploadTest, CancelledUploadStoresNothingAndReturnsItsMemory) {
   EXPECT_EQ((*list)[0].name(), "whole");
 }
 
+// A second server on a port already in use exits at start-up, naming the address, instead of
+// sharing the port (SO_REUSEPORT) and splitting the clients' calls between two tensor stores.
+TEST(PortTest, ASecondServerOnAPortInUseRefusesToStart) {
+  const std::vector<std::string> flags = {"--host=127.0.0.1", "--metrics_port=-1", "--device=cpu"};
+  std::vector<std::string> first_flags = flags;
+  first_flags.push_back("--port=0");
+  auto first = ServerProcess::Start(OpserveBinary(), first_flags);
+  ASSERT_TRUE(first.ok()) << first.status();
+  const std::string address = absl::StrCat("127.0.0.1:", (*first)->port());
+  std::vector<std::string> second_flags = flags;
+  second_flags.push_back(absl::StrCat("--port=", (*first)->port()));
+  auto second = ServerProcess::Start(OpserveBinary(), second_flags);
+  ASSERT_FALSE(second.ok()) << "a second server listens on " << address;
+  EXPECT_NE(std::string(second.status().message()).find("cannot listen on " + address),
+            std::string::npos)
+      << second.status();
+  EXPECT_TRUE((*first)->Alive());
+}
+
 }  // namespace
 }  // namespace opserve::e2e

@@ -255,10 +255,7 @@ class HelpTest(ServerTestCase):
         with opserve.Client(self.server.target) as client:
             self.assertEqual(client.list(), [])  # the example cleans up after itself
 
-    # DType subclasses str (opserve/dtypes.py), so pydoc lists str's ~45 methods, 458 lines,
-    # under it. The decorator goes with that: then this passes, and an unexpected success fails
-    # the suite until it is removed.
-    @unittest.expectedFailure
+    # DType is no str subclass (opserve/dtypes.py), so pydoc lists none of str's ~45 methods.
     def test_help_is_the_client_not_str(self):
         text = pydoc.render_doc(opserve, renderer=pydoc.plaintext)
         for str_method in ("casefold", "zfill", "maketrans", "isidentifier"):

@@ -9,7 +9,7 @@ import numpy as np
 
 from opserve._proto import pb
 from opserve import _cast
-from opserve.dtypes import DType, decode, encode, from_number, to_number
+from opserve.dtypes import OIP_NAME, DType, decode, encode, from_number, to_number
 from opserve.errors import OpserveError
 from opserve.types import NodeResult, RunResult, SavedRunResult, TensorInfo, Timing
 
@@ -133,10 +133,8 @@ def stores_only_with_overwrite(request: Any) -> bool:
     return all(o.overwrite or not o.store_as for o in request.outputs)
 
 
-# The Open Inference Protocol's datatype names (ModelInfer) of opserve's dtypes.
-_OIP_NAME = {DType.FLOAT32: "FP32", DType.INT32: "INT32", DType.INT64: "INT64",
-             DType.BFLOAT16: "BF16"}
-_FROM_OIP_NAME = {v: k for k, v in _OIP_NAME.items()}
+# The Open Inference Protocol's datatype names come from the one dtype table (dtypes.TABLE).
+_FROM_OIP_NAME = {v: k for k, v in OIP_NAME.items()}
 
 
 def infer_request(name: str, inputs: Mapping[str, Any], cast: bool) -> Any:
@@ -145,7 +143,7 @@ def infer_request(name: str, inputs: Mapping[str, Any], cast: bool) -> Any:
     for input_name, array in inputs.items():
         what = f"saved graph {name!r} input {input_name!r}"
         dt, shape, wire = encode(_cast.prepare(array, None, cast, what))
-        request.inputs.add(name=input_name, datatype=_OIP_NAME[dt], shape=shape)
+        request.inputs.add(name=input_name, datatype=OIP_NAME[dt], shape=shape)
         request.raw_input_contents.append(wire.tobytes())
     return request
 

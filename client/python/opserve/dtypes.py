@@ -28,8 +28,12 @@ TABLE = (
 )
 
 
-class DType(str, enum.Enum):
-    """A tensor's element type, named as in the proto. Compares equal to its name."""
+class DType(enum.Enum):
+    """A tensor's element type, named as in the proto. Compares equal to its name.
+
+    Not a str subclass, so that help() shows the type rather than every method of str; equality
+    and hashing follow the name, so DType.FLOAT32 == "FLOAT32" and either finds the other in a dict.
+    """
 
     FLOAT32 = "FLOAT32"
     INT32 = "INT32"
@@ -38,6 +42,12 @@ class DType(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+    def __eq__(self, other) -> bool:
+        return self.value == other if isinstance(other, str) else self is other
+
+    def __hash__(self) -> int:
+        return hash(self.value)
 
 
 # Bytes per element, and the Open Inference Protocol's datatype name, of each DType.
