@@ -125,11 +125,14 @@ __device__ __forceinline__ A Combine(A a, A b) {
 }
 
 // The identity as an input element: what padding lanes of a vector hold, so they change nothing.
-// bf16's infinities widen to float's exactly.
+// bf16: the float identity's top half, exact for each one (0, -inf, +inf have zero low halves;
+// it widens back to the float identity), and a constant that folds, where __float2bfloat16_rn is
+// an inline-asm cvt the compiler cannot fold: a conversion and a branch per padded vector.
 template <typename Op, typename T>
 __device__ __forceinline__ T IdentityIn() {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __float2bfloat16_rn(Identity<Op, float>());
+    const unsigned int bits = __float_as_uint(Identity<Op, float>());
+    return __ushort_as_bfloat16(static_cast<unsigned short>(bits >> 16));
   } else {
     return Identity<Op, T>();
   }
