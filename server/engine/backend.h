@@ -146,6 +146,10 @@ class Backend : public DeviceProperties {
  public:
   virtual std::string device() const = 0;       // "cpu" or "cuda:0"
   virtual std::string description() const = 0;  // e.g. "cuda:0 NVIDIA H100 80GB HBM3 (sm_90)"
+  // Makes the calling thread's device calls go to this backend's device. CUDA's current device
+  // is per thread and starts at 0, so every thread that works for a device other than cuda:0
+  // (a lane's launch and completion threads) calls this before its first device call.
+  virtual void BindThread() {}
 
   // Memory charged to the budget; RESOURCE_EXHAUSTED when it would not fit.
   virtual absl::StatusOr<BufferPtr> Allocate(uint64_t bytes) = 0;

@@ -73,11 +73,13 @@ DeviceBuffer::~DeviceBuffer() { backend_->Free(data(), bytes(), stream_); }
 void DeviceBuffer::SetIdle() { stream_ = backend_->alloc_stream(); }
 
 // Uploads: each chunk is copied into one of two pinned staging blocks and sent with
-// cudaMemcpyAsync, so the copy of chunk i overlaps the receipt of chunk i+1.
+// cudaMemcpyAsync, so the copy of chunk i overlaps the receipt of chunk i+1. Each call may come
+// on another thread (the chunks of one upload arrive on whichever gRPC or pool thread is free),
+// so each binds its thread to the device first.
 class CudaUploader final : public Uploader {
  public:
   CudaUploader(CudaBackend* backend, BufferPtr dst) : backend_(backend), dst_(std::move(dst)) {
-    cudaSetDevice(backend_->device_index());
+    backend_->BindThread();
     cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
     for (Stage& st : stages_) {
       st.block = backend_->pinned().Acquire();
@@ -85,6 +87,7 @@ class CudaUploader final : public Uploader {
     }
   }
   ~CudaUploader() override {
+    backend_->BindThread();
     cudaStreamSynchronize(stream_);  // no copy may outlive the staging or the buffer
     for (Stage& st : stages_) {
       cudaEventDestroy(st.done);
@@ -94,6 +97,7 @@ class CudaUploader final : public Uploader {
   }
 
   absl::Status Append(const void* data, uint64_t bytes) override {
+    backend_->BindThread();
     const char* p = static_cast<const char*>(data);
     while (bytes > 0) {
       Stage& st = stages_[current_];
@@ -112,6 +116,7 @@ class CudaUploader final : public Uploader {
   }
 
   absl::Status Finish() override {
+    backend_->BindThread();
     if (stages_[current_].fill > 0) RETURN_IF_ERROR(Flush());
     return backend_->Check(cudaStreamSynchronize(stream_), "upload");
   }
@@ -315,6 +320,8 @@ absl::Status CudaBackend::CopyOutVia(PinnedPool::Block block, const Buffer& src,
   }
   return absl::OkStatus();
 }
+
+void CudaBackend::BindThread() { cudaSetDevice(device_); }
 
 std::unique_ptr<Uploader> CudaBackend::NewUploader(BufferPtr dst) {
   return std::make_unique<CudaUploader>(this, std::move(dst));

@@ -36,6 +36,7 @@ class CudaBackend final : public Backend {
   absl::Status CopyOut(const Buffer& src, uint64_t offset, void* dst, uint64_t bytes) override;
   absl::Status CopyIn(Buffer& dst, const void* src, uint64_t bytes) override;
   std::unique_ptr<Uploader> NewUploader(BufferPtr dst) override;
+  void BindThread() override;
   absl::StatusOr<std::unique_ptr<ExecEnv>> NewExecEnv(ExecEnv* share_stream_of) override;
   absl::Status Healthy() const override;
   MemoryStats Memory() const override;

@@ -184,6 +184,7 @@ bool DeviceWorker::TakeJob(DeviceJob** job) {
 
 void DeviceWorker::LaunchLoop(Lane& lane, int completion_threads, int contexts,
                               std::promise<absl::Status>* started) {
+  backend_.BindThread();
   // The lane's contexts share the first one's stream: its requests run in arrival order.
   std::vector<std::unique_ptr<ExecEnv>> envs;
   absl::Status status;
@@ -241,6 +242,7 @@ void DeviceWorker::LaunchLoop(Lane& lane, int completion_threads, int contexts,
 }
 
 void DeviceWorker::CompletionLoop(Lane& lane) {
+  backend_.BindThread();  // its waits, output copies and frees go to the lane's device
   for (;;) {
     // As the launch thread does for the queue: a job launched within poll_ of the last one's
     // completion is taken without a futex wake-up.
