@@ -44,8 +44,11 @@ variants=("$@")
 cc=${SAN_CC:-clang-14}
 cxx=${SAN_CXX:-clang++-14}
 jobs=${JOBS:-2}
-# The suites: ctest labels, and the targets they need (those this tree lacks are skipped).
-targets=(${SAN_TARGETS:-opserve opserve-cli unit_test e2e_test client_tests hardening_test hardening_upload_helper})
+# The suites: ctest labels, and the targets they need (those this tree lacks are skipped):
+# besides the test binaries, the tools the suites run (the dtype table's dump, the op table's
+# tool the Python suites read) and the toy-op server the contract tests also run against.
+targets=(${SAN_TARGETS:-opserve opserve-cli unit_test e2e_test client_tests hardening_test
+  hardening_upload_helper dtype_table opserve-op-table opserve_toy e2e_toy_op_test})
 grpc_labels=${SAN_GRPC_LABELS:-e2e|client|hardening}
 
 for tool in "$cc" "$cxx" cmake ninja ctest; do
