@@ -15,22 +15,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "bench/harness.h"
+#include "server/ops/host_kernel_env.h"
 #include "tests/support/result_check.h"
 
 namespace opserve::bench {
 namespace {
-
-// Scratch for CPU rows that ask for it.
-class HostEnv : public KernelEnv {
- public:
-  absl::StatusOr<void*> Scratch(uint64_t bytes) override {
-    blocks_.emplace_back(bytes);
-    return static_cast<void*>(blocks_.back().data());
-  }
-
- private:
-  std::vector<std::vector<char>> blocks_;
-};
 
 // "268436457", "4096x4096", "4096x4096 x 4096x4096" for two inputs.
 std::string Label(const std::vector<std::vector<int64_t>>& shapes) {
@@ -68,7 +57,7 @@ class ReferenceCheck {
       ptrs_.push_back(inputs_.back().data());
     }
     reference_.resize(c_.output.Bytes());
-    HostEnv env;
+    HostKernelEnv env;
     AttrMap attrs;
     const KernelArgs args{ptrs_, c_.inputs, reference_.data(), c_.output, attrs, env};
     if (absl::Status s = CpuReference(c_.op->name)->run(args); !s.ok()) {

@@ -26,6 +26,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "server/ops/op.h"
+#include "server/ops/host_kernel_env.h"
 #include "tests/support/result_check.h"
 
 namespace opserve {
@@ -39,18 +40,6 @@ namespace {
             << "       opserve-op-table infer OP (IN_DTYPE IN_SHAPE)...\n";
   std::exit(2);
 }
-
-// Scratch memory for CPU rows that ask for it, held until the process ends.
-class HostEnv : public KernelEnv {
- public:
-  absl::StatusOr<void*> Scratch(uint64_t bytes) override {
-    blocks_.emplace_back(bytes);
-    return static_cast<void*>(blocks_.back().data());
-  }
-
- private:
-  std::vector<std::vector<char>> blocks_;
-};
 
 std::string Json(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
@@ -202,7 +191,7 @@ int Check(int argc, char** argv) {
     return 0;
   }
   std::string reference(want->Bytes(), '\0');
-  HostEnv env;
+  HostKernelEnv env;
   AttrMap attrs;
   const KernelArgs args{in.ptrs, in.metas, reference.data(), *want, attrs, env};
   if (absl::Status s = CpuReference(op.name)->run(args); !s.ok()) {
