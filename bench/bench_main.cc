@@ -67,7 +67,7 @@ constexpr CaseSet kCaseSets[] = {
 constexpr void (*kTargetSets[])(Report& rep) = {SumTargets, RowReduceTargets, TransposeTargets,
                                                 MatmulTargets, FusionTargets};
 
-// ---- Targets (issue 4), read off the rows: each op's own, then those of every op and the
+// ---- Targets, read off the rows: each op's own, then those of every op and the
 // service path's. ----
 void AddTargets(Report& rep) {
   for (const auto targets : kTargetSets) targets(rep);
@@ -232,7 +232,7 @@ int main(int argc, char** argv) {
   }
   // `--ops=service --server_arg=--device=cpu` runs without a GPU: the service path of the CPU
   // backend, for looking at the gRPC side of the overhead on any machine.
-  // --ops=load: the load section alone (issue 14's grid, or the part of it --load_* names).
+  // --ops=load: the load section alone (the load grid, or the part of it --load_* names).
   const bool load_only = opt.ops.size() == 1 && opt.ops.count("load");
   const bool service_only =
       (opt.ops.size() == 1 && opt.ops.count("service") && !opt.transpose_sweep) || load_only;

@@ -96,7 +96,7 @@ void PrintReport(const Report& rep) {
   }
   if (!rep.targets.empty()) {
     int held = 0, ties = 0;
-    std::printf("\ntargets (issue 4):\n");
+    std::printf("\ntargets:\n");
     for (const TargetCheck& t : rep.targets) {
       std::printf("  %-4s %-62s %s\n", t.holds ? "OK" : (t.tie ? "TIE" : "MISS"), t.what.c_str(),
                   t.measured.c_str());

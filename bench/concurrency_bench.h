@@ -1,4 +1,4 @@
-// The service under concurrent load (issue 14's targets): for each lane count, the real `opserve`
+// The service under concurrent load (the service targets): for each lane count, the real `opserve`
 // on loopback, stored row_mean inputs, T threads on one channel (by default) making blocking Execute
 // calls for a fixed time; gRPC's floor measured the same way with Health/Check in the same run.
 // At each concurrency the floor and the workloads take turns in short windows (`rounds` of them
@@ -27,7 +27,7 @@ struct ConcurrencyOptions {
   // whether a point depends on the one before it; empty: nowhere.
   std::string windows_csv;
   // Channels per server, each its own connection, thread t calling on channel t % channels (the
-  // floor's Health/Checks likewise). Issue 14's targets are defined on one; more show what the
+  // floor's Health/Checks likewise). The service targets are defined on one; more show what the
   // server does when calls do not share one connection's reads and writes.
   int channels = 1;
 };
@@ -64,7 +64,7 @@ struct ConcurrencyFigures {
 ConcurrencyFigures RunConcurrencyBench(const ConcurrencyOptions& options);
 
 struct Report;
-// Issue 14's targets 1, 2, 3 and 5 for each variant and lane count measured (4 is the replay
+// The service targets 1, 2, 3 and 5 for each variant and lane count measured (4 is the replay
 // section's).
 void AddConcurrencyTargets(const ConcurrencyFigures& f, Report& rep);
 

@@ -1,4 +1,4 @@
-// The CUDA floor under issue 14's target 4, measured by the bench itself: no server, no gRPC.
+// The CUDA floor under the service's target 4 (replay), measured by the bench itself: no server, no gRPC.
 // A CUDA graph of the shape the server replays (server/engine/cuda_node_timer.h): a timestamp
 // kernel, one kernel per node lasting that node's measured time with a timestamp kernel after
 // each but the last, and the output's copy kernel writing the last stamp. Launched one at a time

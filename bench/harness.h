@@ -236,7 +236,7 @@ void SetRowStats(Row& r, const Stats& st);
 // The row as the console table prints it.
 void PrintRow(const Row& r);
 
-// ---- The case files: each op's shapes, anchors, output checks and targets (issue 4). ----
+// ---- The case files: each op's shapes, anchors, output checks and targets. ----
 
 // bench/cases/sum.cc
 void SumCases(Bench& bench);

@@ -1,4 +1,4 @@
-// Issue 15's targets: the Open Inference Protocol's ways of moving bytes, against the host
+// The protocol targets: the Open Inference Protocol's ways of moving bytes, against the host
 // link measured in the same run. A 1 GiB FP32 row_mean through a system shared memory region
 // (and PutTensor naming one) against a cudaMemcpy of 1 GiB from cudaHostRegister'ed memory;
 // the same through CUDA shared memory, input and output in the region (infer time minus kernel

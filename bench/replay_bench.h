@@ -1,4 +1,4 @@
-// Issue 14's target 4: the demo graph row_mean(transpose(matmul(A, B))) at 1024^3, A and B
+// The service's target 4 (replay): the demo graph row_mean(transpose(matmul(A, B))) at 1024^3, A and B
 // stored, sent back to back by one client to a one-lane server, once with the CUDA-graph cache
 // (replayed after its first request) and once without (--graph_cache=0, node by node). The
 // server's compute_us against the sum of its kernels' kernel_us (each fused kernel once: the

@@ -2,7 +2,7 @@
 // the caller's memory. The generated stub would serialize the whole request, tensor bytes
 // included, into fresh memory before the first byte leaves: for a 128 MiB input that is a copy
 // plus a page fault per 4 KiB, which on the lent GPU host cost more than the transfer itself
-// (PERFORMANCE.md, issue 15). Here the request is serialized without its tensor bytes, and each
+// (PERFORMANCE.md, "The Open Inference Protocol"). Here the request is serialized without its tensor bytes, and each
 // input's bytes follow as a raw_input_contents entry whose slice borrows the caller's buffer.
 //
 // The caller may free its bytes when the call returns, so the call must not return while gRPC

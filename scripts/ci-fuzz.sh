@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CI: the libFuzzer targets of tests/fuzz (issue 6, item 2), each for a bounded time.
+# CI: the libFuzzer targets of tests/fuzz each for a bounded time.
 #
 #   scripts/ci-fuzz.sh [SECONDS_PER_TARGET]        (default 45; or FUZZ_SECONDS=...)
 #

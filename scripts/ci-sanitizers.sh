@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# CI: the unit, end-to-end and client suites on the CPU backend under sanitizers (issue 6,
-# item 3), in two builds of their own:
+# CI: the unit, end-to-end and client suites on the CPU backend under sanitizers, in two
+# builds of their own:
 #   asan  build-asan  -DOPSERVE_SANITIZE='address;undefined'  (ASan + LeakSanitizer + UBSan)
 #   tsan  build-tsan  -DOPSERVE_SANITIZE=thread
 #
@@ -19,7 +19,7 @@
 #
 # TSan: TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 and tests/fuzz/tsan.supp (races inside
 # gRPC, Abseil and protobuf only; no entry names opserve code). The policy below is the project's
-# decision for TSan in CI (issue 6), not a stopgap:
+# decision for TSan in CI, not a stopgap:
 #  - The unit suite has no gRPC in it: it is strict, every report fails.
 #  - The gRPC-driven suites run over Debian's gRPC, Abseil and protobuf, which are not built
 #    with TSan. TSan cannot see the synchronization inside them, so every object gRPC hands from

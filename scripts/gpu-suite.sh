@@ -5,7 +5,7 @@
 # memcheck and racecheck over a kernel subset when asked (--sanitize). Ends with one line:
 # "N passed, N failed, N skipped".
 #
-# Capped mode, the GPU suite of an older GPU on this one (issue 16): every server it starts gets
+# Capped mode, the GPU suite of an older GPU on this one: every server it starts gets
 # --max_compute_capability, and the in-process kernel tests create their backend with the same
 # cap ($OPSERVE_TEST_MAX_COMPUTE_CAPABILITY), so rows above it are skipped, never run.
 #   --max-cc=X.Y   cap the suite at X.Y (the binaries as they are)

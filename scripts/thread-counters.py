@@ -5,7 +5,7 @@ Linux keeps, for every thread, its CPU time and time spent runnable but waiting 
 (/proc/PID/task/TID/schedstat) and how often it slept (voluntary_ctxt_switches) or was
 preempted (nonvoluntary_ctxt_switches) in /proc/PID/task/TID/status. Two snapshots around a load
 of known calls tell which threads a call wakes and costs: PERFORMANCE.md's per-thread figures
-for issue 14 come from it (the lent machines have no perf or strace).
+for the service under load come from it (the GPU machines have no perf or strace).
 
     scripts/thread-counters.py snap PID [PID...] > before.json
     ... the load runs ...

@@ -211,7 +211,7 @@ void MatmulTargets(Report& rep) {
     AddTarget(rep, "matmul 4096^3: block_tiled_vectorized >= 0.60x cuBLAS SGEMM",
               absl::StrFormat("%.3fx (%.1f TFLOP/s)", r->ratio, r->tflops), r->ratio >= 0.60);
   }
-  // Issue 17's: the hand-written FP32 kernel against cuBLAS's pedantic SGEMM, and the ragged
+  // The hand-matmul targets: the hand-written FP32 kernel against cuBLAS's pedantic SGEMM, and the ragged
   // shape's rate against the multiple-size one.
   for (auto [shape, bar] : {std::pair<const char*, double>{"1024x1024x1024", 0.80},
                             {"4096x4096x4096", 0.90}, {"8192x8192x8192", 0.90}}) {

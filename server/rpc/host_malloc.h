@@ -6,7 +6,7 @@
 // a threshold that follows the largest block freed. The next request faults every page in again,
 // which costs more than the copy itself where page faults are slow: the lent GPU host first-touches
 // fresh memory at 1.5-2.1 GB/s (client/TUNING.md), slower than gRPC moves bytes over loopback.
-// PERFORMANCE.md (issue 15) has raw_input_contents with and without the settings below.
+// PERFORMANCE.md ("The Open Inference Protocol") has raw_input_contents with and without the settings below.
 //
 // RetainFreedHostMemory(bytes) keeps freed memory mapped for reuse:
 //  - top pad 64 MiB (M_TOP_PAD): a thread's arena keeps its heaps (64 MiB each) instead of

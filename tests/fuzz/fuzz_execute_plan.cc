@@ -1,4 +1,4 @@
-// Fuzz target: the validation and planning of an ExecuteRequest (issue 6, item 2).
+// Fuzz target: the validation and planning of an ExecuteRequest.
 //
 // Bytes -> v1::ExecuteRequest (ParseFromArray) -> BuildPlan against the CPU backend and a store
 // seeded with a few tensors, in two namespaces. Beyond "no crash, leak or hang" it checks what a

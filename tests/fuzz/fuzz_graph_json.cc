@@ -1,4 +1,4 @@
-// Fuzz target: the CLI's graph-JSON reader (issue 6, item 2).
+// Fuzz target: the CLI's graph-JSON reader.
 //
 // Bytes are a graph file's text. Relative {"npy": PATH} entries resolve in a private directory
 // that LLVMFuzzerInitialize fills with a few .npy files (valid, truncated, v2.0, a scalar), so the

@@ -1,4 +1,4 @@
-// Fuzz target: the CLI's .npy reader (issue 6, item 2).
+// Fuzz target: the CLI's .npy reader.
 //
 // Bytes are a whole .npy image. Checks, beyond "no crash, leak or hang":
 //   - ParseNpy and ParseNpyHeader over the bounded prefix ReadNpyFile reads agree: both accept

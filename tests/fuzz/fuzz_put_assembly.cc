@@ -1,4 +1,4 @@
-// Fuzz target: the assembly of PutTensor chunk sequences (issue 6, item 2), driven the way the
+// Fuzz target: the assembly of PutTensor chunk sequences, driven the way the
 // PutTensor reactor drives it: messages in order until one fails, then Commit when the stream
 // ended cleanly, or nothing when the client walked away.
 //

@@ -1,4 +1,4 @@
-// Every error class of the Execute contract (issue 2, item 5), through BuildPlan with a real
+// Every error class of the Execute contract, through BuildPlan with a real
 // TensorStore and the CPU backend. Each test asserts the code and that the message names the
 // culprit (node id, tensor name) and what was expected against what was received.
 #include <gtest/gtest.h>
