@@ -35,6 +35,7 @@
 #include "server/engine/cuda_backend.h"
 #include "bench/bench.h"
 #include "bench/harness.h"
+#include "bench/node_bench.h"
 #if OPSERVE_BENCH_SERVICE
 #include "bench/replay_bench.h"
 #include "bench/service_bench.h"
@@ -88,6 +89,12 @@ void AddTargets(Report& rep) {
     AddTarget(rep, "service: GetTensor 1 GiB >= 1.5 GB/s", absl::StrFormat("%.2f GB/s", s.get_gbps),
               s.get_gbps >= 1.5);
   }
+}
+
+// The node section's own flags (--node_*), read by node_bench.cc when --ops=node runs.
+std::vector<std::string>& NodeFlags() {
+  static std::vector<std::string> flags;
+  return flags;
 }
 
 std::set<std::string> SplitSet(const std::string& s) {
@@ -170,6 +177,8 @@ Options ParseArgs(int argc, char** argv) {
       o.chunk_bytes = std::atoll(v);
     } else if (const char* v = val("--opserve=")) {
       o.opserve_bin = v;
+    } else if (a.rfind("--node_", 0) == 0) {
+      NodeFlags().push_back(a);
     } else if (a == "--help" || a == "-h") {
       std::printf(
           "opserve-bench [--ops=OP,...,fusion,service,load,replay,kserve,cublas_handles\n"
@@ -185,6 +194,7 @@ Options ParseArgs(int argc, char** argv) {
           "              [--out=DIR] [--reps=N>=20] [--algos=a,b,auto] [--shapes=LABEL,...]\n"
           "              [--opserve=PATH] [--transpose-sweep] [--chunk_bytes=N]\n"
           "              [--server_arg=ARG ...]\n");
+      std::printf("%s", kNodeUsage);
       std::exit(0);
     } else {
       Die(absl::StrCat("unknown argument ", a, " (--help lists them)"));
@@ -229,6 +239,25 @@ int main(int argc, char** argv) {
     const std::time_t now = std::time(nullptr);
     std::strftime(date, sizeof(date), "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&now));
     rep.date = date;
+  }
+  // --ops=node: one server over every device of the node, a run of its own (node_bench.h).
+  if (opt.ops.count("node")) {
+#if OPSERVE_BENCH_SERVICE
+    NodeOptions no;
+    for (const std::string& f : NodeFlags()) {
+      if (std::string err = ParseNodeFlag(f, &no); !err.empty()) Die(err);
+    }
+    no.opserve_bin = opt.opserve_bin;
+    if (no.opserve_bin.empty()) {
+      const std::string beside = SelfDir() + "/opserve";
+      no.opserve_bin = access(beside.c_str(), X_OK) == 0 ? beside : OPSERVE_BIN_DEFAULT;
+    }
+    no.server_args = opt.server_args;
+    no.out_dir = opt.out_dir;
+    return RunNodeBench(no, rep);
+#else
+    Die("--ops=node needs the client library, which this build lacks");
+#endif
   }
   // `--ops=service --server_arg=--device=cpu` runs without a GPU: the service path of the CPU
   // backend, for looking at the gRPC side of the overhead on any machine.
