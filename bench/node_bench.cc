@@ -794,7 +794,8 @@ void Node::Anchors() {
     Check(cudaSetDevice(0), "cudaSetDevice");
     cudaStream_t s;
     Check(cudaStreamCreate(&s), "cudaStreamCreate");
-    Blas blas;
+    auto blas_owner = std::make_unique<Blas>();  // destroyed before its stream
+    Blas& blas = *blas_owner;
     Check(blas.Init(s), "cuBLAS init");
     auto gemm_us = [&](int64_t m, int64_t k, int64_t n) {
       DeviceMem a(m * k * 2), b(k * n * 2), c(m * n * 4);
@@ -819,6 +820,7 @@ void Node::Anchors() {
            static_cast<uint64_t>(2.0 * o_.mm * o_.mm * o_.mm));
     std::printf("  cuBLAS BF16 cuda:0: share %dx%dx%d %.1f us = %.0f TFLOP/s; %d^3 %.1f us\n",
                 share, o_.smm_k, o_.smm_n, share_us_, share_tflops_, o_.mm, mm_cublas_us_);
+    blas_owner.reset();
     Check(cudaStreamDestroy(s), "cudaStreamDestroy");
   }
   // Give the GPUs back whole: the servers size their budgets from the free memory they find.
@@ -952,7 +954,7 @@ std::string Node::Scaling(NodeServer& multi) {
                             : "");
     AddRow("node", absl::StrCat(f.name.rfind("tiny", 0) == 0 ? tiny.Shape() : stored.Shape(), " c=",
                                 clients, "/device"),
-           "FLOAT32", absl::StrCat("row_mean req/s: ", f.name), false,
+           "FLOAT32", absl::StrFormat("row_mean %s: %.0f req/s (p50 latency)", f.name, f.Rps()), false,
            static_cast<int>(a.latency_us.size()), Percentile(a.latency_us, 0.5), 0, 0);
   }
   auto spread = [&](const SeriesFigures& multi_f, const SeriesFigures& single_f) {
