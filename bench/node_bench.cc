@@ -1537,10 +1537,23 @@ int Node::Run() {
       }
     }
     if (need_multi && err.empty()) {
-      Section("scaling", [&] { return Scaling(multi); });
-      Section("cross", [&] { return Cross(multi); });
-      Section("sharded", [&] { return ShardedRowMean(multi); });
-      Section("smm", [&] { return ShardedMatmul(multi); });
+      // A section that kills the server would fail every later one for that reason alone.
+      std::string gone;
+      auto on_multi = [&](const char* name, std::string (Node::*section)(NodeServer&)) {
+        Section(name, [&]() -> std::string {
+          if (!gone.empty()) return gone;
+          std::string e = (this->*section)(multi);
+          if (!e.empty() && !multi.c().HealthServing().ok()) {
+            gone = absl::StrCat("the whole-node server exited during [", name, "]");
+            absl::StrAppend(&e, "; ", gone);
+          }
+          return e;
+        });
+      };
+      on_multi("scaling", &Node::Scaling);
+      on_multi("cross", &Node::Cross);
+      on_multi("sharded", &Node::ShardedRowMean);
+      on_multi("smm", &Node::ShardedMatmul);
     }
   }  // the whole-node server stops here: the next servers want the memory
   Section("fault", [&] { return Fault(); });
