@@ -649,20 +649,20 @@ void Node::AddRow(std::string op, std::string shape, std::string dtype, std::str
 
 void Node::Section(const char* name, const std::function<std::string()>& run) {
   if (o_.skip.count(name)) {
-    std::printf("\n[%s] skipped (--node_skip)\n", name);
+    absl::PrintF("\n[%s] skipped (--node_skip)\n", name);
     return;
   }
-  std::printf("\n[%s]\n", name);
+  absl::PrintF("\n[%s]\n", name);
   std::fflush(stdout);
   const auto t0 = Clock::now();
   const std::string err = run();
   if (!err.empty()) {
-    std::printf("  not measured: %s\n", err.c_str());
+    absl::PrintF("  not measured: %s\n", err.c_str());
     errors_.push_back(absl::StrCat(name, ": ", err));
     // A section that could not run holds none of its targets: say so among them.
     AddTarget(rep_, absl::StrCat("node ", name, ": the section ran"), err, false);
   }
-  std::printf("  (%.1f s)\n", std::chrono::duration<double>(Clock::now() - t0).count());
+  absl::PrintF("  (%.1f s)\n", std::chrono::duration<double>(Clock::now() - t0).count());
   std::fflush(stdout);
 }
 
@@ -690,34 +690,33 @@ double MedianEventUs(cudaStream_t s, int warmups, int reps, const std::function<
 }
 
 void Node::Anchors() {
-  std::printf("\ntopology (cudaDeviceCanAccessPeer; rank: cudaDevP2PAttrPerformanceRank)\n");
-  std::string names;
+  absl::PrintF("\ntopology (cudaDeviceCanAccessPeer; rank: cudaDevP2PAttrPerformanceRank)\n");
   for (int i = 0; i < gpus_; ++i) {
     cudaDeviceProp p{};
     Check(cudaGetDeviceProperties(&p, i), "cudaGetDeviceProperties");
-    std::printf("  cuda:%d %s, %d SMs, %zu MiB, PCI %02x:%02x\n", i, p.name, p.multiProcessorCount,
+    absl::PrintF("  cuda:%d %s, %d SMs, %zu MiB, PCI %02x:%02x\n", i, p.name, p.multiProcessorCount,
                 p.totalGlobalMem >> 20, p.pciBusID, p.pciDeviceID);
     if (i == 0) {
       rep_.device = absl::StrFormat("%d x %s (sm_%d%d, %zu MiB each)", gpus_, p.name, p.major,
                                     p.minor, p.totalGlobalMem >> 20);
     }
   }
-  std::printf("        ");
-  for (int j = 0; j < gpus_; ++j) std::printf(" %-12s", absl::StrCat("cuda:", j).c_str());
-  std::printf("\n");
+  absl::PrintF("        ");
+  for (int j = 0; j < gpus_; ++j) absl::PrintF(" %-12s", absl::StrCat("cuda:", j).c_str());
+  absl::PrintF("\n");
   for (int i = 0; i < gpus_; ++i) {
-    std::printf("  cuda:%d", i);
+    absl::PrintF("  cuda:%d", i);
     for (int j = 0; j < gpus_; ++j) {
       if (i == j) {
-        std::printf(" %-12s", "-");
+        absl::PrintF(" %-12s", "-");
         continue;
       }
       int can = 0, rank = 0;
       cudaDeviceCanAccessPeer(&can, i, j);
       cudaDeviceGetP2PAttribute(&rank, cudaDevP2PAttrPerformanceRank, i, j);
-      std::printf(" %-12s", can ? absl::StrCat("peer r", rank).c_str() : "no peer");
+      absl::PrintF(" %-12s", can ? absl::StrCat("peer r", rank).c_str() : "no peer");
     }
-    std::printf("\n");
+    absl::PrintF("\n");
   }
 
   // Each GPU's read stream and D2D copy over 4 GiB.
@@ -747,7 +746,7 @@ void Node::Anchors() {
         rep_.stream_gbps = stream_gbps_[0];
         rep_.copy_gbps = 2 * half / copy_us / 1e3;
       }
-      std::printf("  cuda:%d read stream %.0f GB/s, D2D copy %.0f GB/s (read + written)\n", d,
+      absl::PrintF("  cuda:%d read stream %.0f GB/s, D2D copy %.0f GB/s (read + written)\n", d,
                   stream_gbps_.back(), 2 * half / copy_us / 1e3);
     }
     Check(cudaStreamDestroy(s), "cudaStreamDestroy");
@@ -783,7 +782,7 @@ void Node::Anchors() {
       peer_gbps_[src] = kPeerCopyBytes / us / 1e3;
       AddRow("ceiling", "1 GiB", "-", absl::StrFormat("peer_copy cuda:%d->cuda:%d", src, dst), true,
              kPeerReps, us, kPeerCopyBytes, 0);
-      std::printf("  peer copy cuda:%d -> cuda:%d (cudaMemcpyPeerAsync 1 GiB, median of %d): %.1f GB/s\n",
+      absl::PrintF("  peer copy cuda:%d -> cuda:%d (cudaMemcpyPeerAsync 1 GiB, median of %d): %.1f GB/s\n",
                   src, dst, kPeerReps, peer_gbps_[src]);
       Check(cudaStreamDestroy(s), "cudaStreamDestroy");
     }
@@ -818,7 +817,7 @@ void Node::Anchors() {
     AddRow("ceiling", absl::StrFormat("%d x %d x %d", o_.mm, o_.mm, o_.mm), "BFLOAT16",
            "cublas_bf16 cuda:0", true, kGemmReps, mm_cublas_us_, 0,
            static_cast<uint64_t>(2.0 * o_.mm * o_.mm * o_.mm));
-    std::printf("  cuBLAS BF16 cuda:0: share %dx%dx%d %.1f us = %.0f TFLOP/s; %d^3 %.1f us\n",
+    absl::PrintF("  cuBLAS BF16 cuda:0: share %dx%dx%d %.1f us = %.0f TFLOP/s; %d^3 %.1f us\n",
                 share, o_.smm_k, o_.smm_n, share_us_, share_tflops_, o_.mm, mm_cublas_us_);
     blas_owner.reset();
     Check(cudaStreamDestroy(s), "cudaStreamDestroy");
@@ -936,9 +935,9 @@ std::string Node::Scaling(NodeServer& multi) {
       if (std::string e = figs[i].Error(); !e.empty()) return absl::StrCat(figs[i].name, ": ", e);
     }
   }
-  std::printf("  %d devices x %d clients, %d windows of %.2f s per series, taking turns\n", n,
+  absl::PrintF("  %d devices x %d clients, %d windows of %.2f s per series, taking turns\n", n,
               clients, rounds, o_.seconds / rounds);
-  std::printf("  %-22s %10s %-28s %9s %9s %10s %10s  %s\n", "series", "req/s", "per device",
+  absl::PrintF("  %-22s %10s %-28s %9s %9s %10s %10s  %s\n", "series", "req/s", "per device",
               "p50 us", "p99 us", "kernel us", "compute us", "ran on");
   for (const SeriesFigures& f : figs) {
     std::vector<std::string> each;
@@ -946,7 +945,7 @@ std::string Node::Scaling(NodeServer& multi) {
     const Tally a = f.All();
     std::vector<std::string> on;
     for (const auto& [d, c] : a.devices) on.push_back(absl::StrCat(d.empty() ? "?" : d, " ", c));
-    std::printf("  %-22s %10.0f %-28s %9.1f %9.1f %10.1f %10.1f  %s%s\n", f.name.c_str(), f.Rps(),
+    absl::PrintF("  %-22s %10.0f %-28s %9.1f %9.1f %10.1f %10.1f  %s%s\n", f.name.c_str(), f.Rps(),
                 absl::StrJoin(each, " + ").c_str(), Percentile(a.latency_us, 0.5),
                 Percentile(a.latency_us, 0.99), Percentile(a.kernel_us, 0.5),
                 Percentile(a.compute_us, 0.5), absl::StrJoin(on, ", ").c_str(),
@@ -968,7 +967,7 @@ std::string Node::Scaling(NodeServer& multi) {
   // The kernel-bound rate the stored workload could reach: each device back to back.
   const Tally one = figs[0].All();
   const double kernel_rate = n * 1e6 / std::max(1e-3, Percentile(one.kernel_us, 0.5));
-  std::printf("  predicted (stored): the N processes' %.0f req/s (kernel-bound ceiling N x 1/kernel "
+  absl::PrintF("  predicted (stored): the N processes' %.0f req/s (kernel-bound ceiling N x 1/kernel "
               "= %.0f); measured one process %.0f\n",
               figs[0].Rps(), kernel_rate, figs[1].Rps());
   const int64_t misplaced = figs[1].All().misplaced;
@@ -1100,13 +1099,13 @@ std::string Node::Cross(NodeServer& multi) {
          mm_cublas_us_ > 0 ? mm_cublas_us_ / same_us : 0);
   AddRow("node", shape, "BFLOAT16", absl::StrCat("matmul A on ", d0, ", B on ", d1, " (server)"),
          false, o_.reps, cross_us, 0, static_cast<uint64_t>(flops));
-  std::printf("  same device: %.1f us (cuBLAS alone %.1f us); across: %.1f us on %s, of which "
+  absl::PrintF("  same device: %.1f us (cuBLAS alone %.1f us); across: %.1f us on %s, of which "
               "peer copy %.1f us for %llu bytes (%.1f GB/s as the server reports it)\n",
               same_us, mm_cublas_us_, cross_us, t_cross.device.c_str(), peer_us,
               static_cast<unsigned long long>(t_cross.peer_bytes),
               peer_us > 0 ? t_cross.peer_bytes / peer_us / 1e3 : 0.0);
   if (bw > 0) {
-    std::printf("  predicted across: %.1f + %llu B at the peer copy's %.1f GB/s (this process, "
+    absl::PrintF("  predicted across: %.1f + %llu B at the peer copy's %.1f GB/s (this process, "
                 "cudaMemcpyPeerAsync cuda:%d->%d) = %.1f us; target allows %.1f us (at 0.8x)\n",
                 same_us, static_cast<unsigned long long>(b_bytes), bw, src, 1 - src,
                 same_us + b_bytes / (bw * 1e3), allowed);
@@ -1129,7 +1128,7 @@ std::string Node::ShardedRowMean(NodeServer& multi) {
   const Gen x{v1::FLOAT32, o_.rm_rows, o_.rm_cols, 401};
   PutOutcome p = PutGen(*multi.stub, "rm_x", x, "", true, true, Threads());
   if (!p.status.ok()) return absl::StrCat("PutTensor (sharded) ", x.Shape(), ": ", StatusText(p.status));
-  std::printf("  put %s sharded (%.2f GiB) in %.1f s = %.2f GB/s; on %s in %d shards\n",
+  absl::PrintF("  put %s sharded (%.2f GiB) in %.1f s = %.2f GB/s; on %s in %d shards\n",
               x.Shape().c_str(), x.Bytes() / double(kGiB), p.seconds, x.Bytes() / p.seconds / 1e9,
               p.info.device().c_str(), p.info.shards_size());
   v1::ExecuteRequest req = RowMeanOfStored("rm_x");
@@ -1169,8 +1168,8 @@ std::string Node::ShardedRowMean(NodeServer& multi) {
          "N x read_stream cuda:0", ceiling > 0 ? gbps / ceiling : 0);
   AddRow("node", absl::StrCat(x.Shape(), " sharded x", p.info.shards_size()), "FLOAT32",
          "row_mean compute_us (server)", false, o_.reps, c_us, bytes, 0);
-  if (node_results > 1) std::printf("  (%d node results: one per shard)\n", node_results);
-  std::printf("  row_mean on %s: kernel %.1f us = %.0f GB/s, compute %.1f us = %.0f GB/s (%llu "
+  if (node_results > 1) absl::PrintF("  (%d node results: one per shard)\n", node_results);
+  absl::PrintF("  row_mean on %s: kernel %.1f us = %.0f GB/s, compute %.1f us = %.0f GB/s (%llu "
               "bytes); predicted at N x read stream (%d x %.0f GB/s; sum over GPUs %.0f): %.1f us\n",
               ran_on.c_str(), k_us, gbps, c_us, bytes / c_us / 1e3,
               static_cast<unsigned long long>(bytes), n_,
@@ -1226,14 +1225,14 @@ std::string Node::ShardedMatmul(NodeServer& multi) {
          absl::StrCat("matmul one share (server) on ", t_one.device), false, o_.reps, one_us, 0,
          static_cast<uint64_t>(share_flops));
   const double b_bytes = static_cast<double>(b.Bytes()) * (n_ - 1);
-  std::printf("  sharded on %s: %.1f us (compute + peer copy; peer %.1f us for %llu bytes) = %.1f "
+  absl::PrintF("  sharded on %s: %.1f us (compute + peer copy; peer %.1f us for %llu bytes) = %.1f "
               "TFLOP/s; one share via the server %.1f us = %.1f TFLOP/s; cuBLAS share %.1f us = "
               "%.1f TFLOP/s\n",
               t_sh.device.c_str(), sh_us, Percentile(t_sh.peer_us, 0.5),
               static_cast<unsigned long long>(t_sh.peer_bytes), tflops, one_us,
               share_flops / one_us / 1e6, share_us_, share_tflops_);
   if (!cpu_ && peer_gbps_[0] > 0) {
-    std::printf("  predicted: B's broadcast %.0f bytes at %.1f GB/s + the share's GEMM %.1f us = "
+    absl::PrintF("  predicted: B's broadcast %.0f bytes at %.1f GB/s + the share's GEMM %.1f us = "
                 "%.1f us (if not overlapped) -> %.1f TFLOP/s\n",
                 b_bytes, peer_gbps_[0], share_us_, b_bytes / (peer_gbps_[0] * 1e3) + share_us_,
                 flops / (b_bytes / (peer_gbps_[0] * 1e3) + share_us_) / 1e6);
@@ -1288,7 +1287,9 @@ std::string Node::Fault() {
   std::atomic<bool> done{false};
   int64_t polls = 0, not_serving = 0;
   std::thread health([&] {  // on a connection of its own
-    auto c = client::Client::Connect({.target = absl::StrCat("127.0.0.1:", s.session.server.port())});
+    client::ClientOptions co;
+    co.target = absl::StrCat("127.0.0.1:", s.session.server.port());
+    auto c = client::Client::Connect(co);
     while (!done.load()) {
       auto h = c.ok() ? (*c)->HealthServing() : absl::StatusOr<bool>(c.status());
       ++polls;
@@ -1357,17 +1358,17 @@ std::string Node::Fault() {
   const bool after1_named = !after1.ok() &&
                             after1.status().code() == absl::StatusCode::kUnavailable &&
                             absl::StrContains(after1.status().message(), dev1);
-  std::printf("  %d clients each on %s and %s for %.1f s, the fault at %s's request %d:\n", clients,
+  absl::PrintF("  %d clients each on %s and %s for %.1f s, the fault at %s's request %d:\n", clients,
               s.devices[0].c_str(), dev1.c_str(), o_.fault_seconds, dev1.c_str(), k);
-  std::printf("    %s: %lld of %lld succeeded%s\n", s.devices[0].c_str(),
+  absl::PrintF("    %s: %lld of %lld succeeded%s\n", s.devices[0].c_str(),
               static_cast<long long>(ok[0]), static_cast<long long>(n0),
               other_text.empty() ? "" : absl::StrCat("; first failure ", other_text).c_str());
-  std::printf("    %s: %lld succeeded, %lld INTERNAL, %lld UNAVAILABLE (%lld not naming it), %lld "
+  absl::PrintF("    %s: %lld succeeded, %lld INTERNAL, %lld UNAVAILABLE (%lld not naming it), %lld "
               "other, %lld successes after a thread's first failure\n",
               dev1.c_str(), static_cast<long long>(ok[1]), static_cast<long long>(internal),
               static_cast<long long>(unavailable), static_cast<long long>(unnamed),
               static_cast<long long>(other), static_cast<long long>(ok_after_fail));
-  std::printf("    after: %s %s; %s %s; ListOps lists %s %s; health polls %lld, not SERVING %lld\n",
+  absl::PrintF("    after: %s %s; %s %s; ListOps lists %s %s; health polls %lld, not SERVING %lld\n",
               s.devices[0].c_str(), after0.ok() ? "OK" : StatusText(after0.status()).c_str(),
               dev1.c_str(), after1.ok() ? "OK" : StatusText(after1.status()).c_str(), dev1.c_str(),
               listed_out ? "not serving" : "serving (or absent)", static_cast<long long>(polls),
@@ -1416,7 +1417,7 @@ std::string Node::Big() {
   const int64_t cols = o_.big_cols;
   const int64_t rows = static_cast<int64_t>((budget * 3 / 2 + cols * 4 - 1) / (cols * 4));
   const Gen x{v1::FLOAT32, rows, cols, 701};
-  std::printf("  %s %llu bytes per device; the tensor %s FLOAT32 = %.2f GiB (%.2fx the budget)\n",
+  absl::PrintF("  %s %llu bytes per device; the tensor %s FLOAT32 = %.2f GiB (%.2fx the budget)\n",
               flags_.budget.c_str(), static_cast<unsigned long long>(budget), x.Shape().c_str(),
               x.Bytes() / double(kGiB), double(x.Bytes()) / budget);
   // Unsharded: it fits no device.
@@ -1425,7 +1426,7 @@ std::string Node::Big() {
   const double refuse_s = std::chrono::duration<double>(Clock::now() - t0).count();
   const bool refused = whole.status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
                        absl::StrContains(absl::AsciiStrToLower(whole.status.error_message()), "budget");
-  std::printf("  unsharded put: %s (after %.2f s)\n", StatusText(whole.status).c_str(), refuse_s);
+  absl::PrintF("  unsharded put: %s (after %.2f s)\n", StatusText(whole.status).c_str(), refuse_s);
   const std::string where = cpu_ ? " (cpu)" : "";
   Correct(absl::StrCat("node over budget", where, ": unsharded put of 1.5x budget answers "
                                                   "RESOURCE_EXHAUSTED naming the budget"),
@@ -1442,7 +1443,7 @@ std::string Node::Big() {
   double reduce_us = 0, get_s = 0;
   SpotCheck spot;
   if (problem.empty()) {
-    std::printf("  sharded put in %.1f s = %.2f GB/s, on %s\n", p.seconds,
+    absl::PrintF("  sharded put in %.1f s = %.2f GB/s, on %s\n", p.seconds,
                 x.Bytes() / p.seconds / 1e9, p.info.device().c_str());
     auto resp = s.c().Execute(RowMeanOfStored("big_x"));
     if (!resp.ok()) {
@@ -1472,7 +1473,7 @@ std::string Node::Big() {
     }
   }
   if (problem.empty()) {
-    std::printf("  row_mean %.1f us (compute), row means checked; GetTensor %.1f s = %.2f GB/s, "
+    absl::PrintF("  row_mean %.1f us (compute), row means checked; GetTensor %.1f s = %.2f GB/s, "
                 "%llu elements spot-checked\n",
                 reduce_us, get_s, x.Bytes() / get_s / 1e9,
                 static_cast<unsigned long long>(spot.checked));
@@ -1501,7 +1502,7 @@ int Node::Run() {
     rep_.device = absl::StrCat(o_.cpu ? "--node_cpu" : absl::StrCat("no usable GPU (", cudaGetErrorName(probe), ")"),
                                ": ", o_.cpu_devices, " CPU devices, the plumbing at tiny sizes");
   }
-  std::printf("opserve-bench --ops=node on %s, %s\n  %s\n  server %s (budget flag %s, "
+  absl::PrintF("opserve-bench --ops=node on %s, %s\n  %s\n  server %s (budget flag %s, "
               "--test_fail_device %s)\n",
               cpu_ ? rep_.device.c_str() : absl::StrCat(gpus_, " GPUs").c_str(), rep_.date.c_str(),
               rep_.command.c_str(), launch_.bin().c_str(), flags_.budget.c_str(),
@@ -1509,7 +1510,7 @@ int Node::Run() {
   if (!cpu_) {
     const auto t0 = Clock::now();
     Anchors();
-    std::printf("  (anchors %.1f s)\n", std::chrono::duration<double>(Clock::now() - t0).count());
+    absl::PrintF("  (anchors %.1f s)\n", std::chrono::duration<double>(Clock::now() - t0).count());
   }
   {
     const bool need_multi = !o_.skip.count("scaling") || !o_.skip.count("cross") ||
@@ -1527,13 +1528,13 @@ int Node::Run() {
                                       i.memory_budget() / double(kGiB),
                                       i.serving() ? "" : ", not serving"));
         }
-        std::printf("\nwhole-node server %s: %s\n", AllDevicesFlag().c_str(),
+        absl::PrintF("\nwhole-node server %s: %s\n", AllDevicesFlag().c_str(),
                     absl::StrJoin(d, ", ").c_str());
         if (n_ != groups) err = absl::StrCat("it serves ", n_, " devices, want ", groups);
       }
       if (!err.empty()) {
         errors_.push_back(absl::StrCat("whole-node server: ", err));
-        std::printf("\nwhole-node server: %s\n", err.c_str());
+        absl::PrintF("\nwhole-node server: %s\n", err.c_str());
       }
     }
     if (need_multi && err.empty()) {
@@ -1561,12 +1562,12 @@ int Node::Run() {
 
   PrintReport(rep_);
   if (!skips_.empty()) {
-    std::printf("\nskipped targets:\n");
-    for (const Skip& s : skips_) std::printf("  SKIP %-62s %s\n", s.what.c_str(), s.why.c_str());
+    absl::PrintF("\nskipped targets:\n");
+    for (const Skip& s : skips_) absl::PrintF("  SKIP %-62s %s\n", s.what.c_str(), s.why.c_str());
   }
   if (!errors_.empty()) {
-    std::printf("\nnot measured:\n");
-    for (const std::string& e : errors_) std::printf("  %s\n", e.c_str());
+    absl::PrintF("\nnot measured:\n");
+    for (const std::string& e : errors_) absl::PrintF("  %s\n", e.c_str());
   }
   std::fflush(stdout);
   if (!o_.out_dir.empty() && !WriteReport(rep_, o_.out_dir)) return 1;
