@@ -174,24 +174,22 @@ void NodeTest::SetUp() {
   rng_.seed(seed_);
   const int wanted = GetParam();
   std::vector<std::string> flags = NodeFlags();
-  if (Device() == "cpu") {
-    flags.insert(flags.begin(), absl::StrCat("--device=cpu:", wanted));
-  }
-  // On a GPU backend the fixture's own --device=cuda comes first: every visible GPU.
+  // After the fixture's own --device (one GPU in the GPU suite), so this one counts: N CPU
+  // devices, or every visible GPU.
+  flags.insert(flags.begin(), Device() == "cpu" ? absl::StrCat("--device=cpu:", wanted)
+                                                : std::string("--device=cuda"));
   ASSERT_NO_FATAL_FAILURE(Restart(flags));
   node_ = std::make_unique<NodeClient>(server().target(), Token());
   absl::StatusOr<v1::ListOpsResponse> ops = node_->ListOps();
   ASSERT_TRUE(ops.ok()) << ops.status();
   if (Device() != "cpu") {
     if (ops->devices_size() < wanted) {
-      GTEST_SKIP() << "needs " << wanted << " GPUs; --device=" << Device() << " serves "
-                   << ops->devices_size();
+      GTEST_SKIP() << "needs " << wanted << " GPUs; --device=cuda serves " << ops->devices_size();
     }
     if (wanted > 2 && ops->devices_size() != wanted) {
       std::vector<std::string> list;
       for (int i = 0; i < wanted; ++i) list.push_back(std::to_string(i));
-      flags.insert(flags.begin(),
-                   absl::StrCat("--device=", Device(), ":", absl::StrJoin(list, ",")));
+      flags.front() = absl::StrCat("--device=cuda:", absl::StrJoin(list, ","));
       ASSERT_NO_FATAL_FAILURE(Restart(flags));
       node_ = std::make_unique<NodeClient>(server().target(), Token());
       ops = node_->ListOps();
@@ -200,8 +198,7 @@ void NodeTest::SetUp() {
   }
   names_.clear();
   for (const v1::DeviceInfo& d : ops->devices()) names_.push_back(d.name());
-  ASSERT_GE(n(), 2) << "ListOps lists " << n() << " devices for --device="
-                    << (Device() == "cpu" ? absl::StrCat("cpu:", wanted) : Device());
+  ASSERT_GE(n(), 2) << "ListOps lists " << n() << " devices for " << flags.front();
   if (Device() == "cpu") ASSERT_EQ(n(), wanted) << "--device=cpu:" << wanted;
 }
 

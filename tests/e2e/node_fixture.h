@@ -2,9 +2,9 @@
 // --device=cuda in the GPU suite): the fixture and the helpers its tests share.
 //
 // Each test is instantiated for N = 2 and N = 3 devices. On the CPU backend the server runs with
-// --device=cpu:N. Where $OPSERVE_TEST_DEVICE names the CUDA backend (scripts/gpu-suite.sh), N = 2
-// runs --device=cuda (every GPU, so N is the GPU count) and N = 3 runs --device=cuda:0,1,2; a
-// machine with fewer GPUs reports the test skipped, never passed. The tests read the devices'
+// --device=cpu:N. Where $OPSERVE_TEST_DEVICE names a GPU (scripts/gpu-suite.sh), whichever one,
+// N = 2 runs --device=cuda (every GPU, so N is the GPU count) and N = 3 runs --device=cuda:0,1,2;
+// a machine with fewer GPUs reports the test skipped, never passed. The tests read the devices'
 // names and count from ListOps, so one test body serves both backends.
 //
 // The multi-device calls (PutTensorHeader.device and .shard, MoveTensor, TensorInfo of GetTensor)

@@ -4,6 +4,7 @@
 // and gathered onto one device for everything else (transpose, MoveTensor). Every result is
 // checked against the op table's CPU reference on fresh random data.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -151,10 +152,12 @@ TEST_P(NodeShardingTest, WholeReductionsCombineTheShards) {
 }
 
 // Partial results that only a wide combine holds, and the extremes' edge values split over
-// shards: each shard's INT32 sum overflows 32 bits; a NaN in the last shard only; -0.0 in the
-// first shard and +0.0 in the others (max is +0.0, min -0.0).
+// shards: each shard's INT32 sum overflows 32 bits; a NaN in the last shard only (max and min
+// give the canonical NaN, bit for bit); -0.0 and +0.0 in different shards, either way round
+// (-0.0 orders below +0.0: max is +0.0, min -0.0, whichever shard holds which).
 TEST_P(NodeShardingTest, CombiningKeepsOverflowNaNAndSignedZeros) {
   const int64_t rows = 2L * n() + 1, cols = 64;
+  const std::vector<ShardSpan> spans = ExpectedShards(rows, n());
   client::HostTensor big{v1::INT32, {rows, cols}, std::string(rows * cols * 4, '\0')};
   for (int64_t i = 0; i < rows * cols; ++i) {
     reinterpret_cast<int32_t*>(big.data.data())[i] = std::numeric_limits<int32_t>::max() - i;
@@ -164,36 +167,49 @@ TEST_P(NodeShardingTest, CombiningKeepsOverflowNaNAndSignedZeros) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(MatchesReference("sum", {big}, Output(*r, "n"), NodeReport(*r, "n").algorithm()));
 
-  const std::vector<ShardSpan> spans = ExpectedShards(rows, n());
-  client::HostTensor nan = RandomValues(v1::FLOAT32, {rows, cols}, rng_);
-  reinterpret_cast<float*>(nan.data.data())[spans.back().row_begin * cols + 3] =
-      std::numeric_limits<float>::quiet_NaN();
-  ASSERT_NO_FATAL_FAILURE(PutSharded("nan", nan));
-  for (const char* op : {"max", "min", "sum"}) {
-    r = node().Execute(OneNode(op, {Stored("nan")}));
-    ASSERT_TRUE(r.ok()) << op << ": " << r.status();
-    const std::vector<float> got = Floats(Output(*r, "n").data());
-    ASSERT_EQ(got.size(), 1u) << op;
-    EXPECT_TRUE(std::isnan(got[0]))
-        << op << " of a tensor with a NaN in its last shard: " << got[0];
-    if (std::string(op) != "sum") {
-      EXPECT_TRUE(MatchesReference(op, {nan}, Output(*r, "n"), NodeReport(*r, "n").algorithm()));
+  // Element `i` of a FLOAT32 or BFLOAT16 tensor set to `f`.
+  auto set = [](client::HostTensor& t, int64_t i, float f) {
+    if (t.dtype == v1::FLOAT32) {
+      reinterpret_cast<float*>(t.data.data())[i] = f;
+    } else {
+      reinterpret_cast<uint16_t*>(t.data.data())[i] = std::bit_cast<uint32_t>(f) >> 16;
     }
-  }
+  };
+  for (v1::DType dtype : {v1::FLOAT32, v1::BFLOAT16}) {
+    SCOPED_TRACE(client::DTypeName(dtype));
+    client::HostTensor nan = RandomValues(dtype, {rows, cols}, rng_);
+    set(nan, spans.back().row_begin * cols + 3, std::numeric_limits<float>::quiet_NaN());
+    ASSERT_NO_FATAL_FAILURE(PutSharded("nan", nan));
+    for (const char* op : {"max", "min"}) {
+      r = node().Execute(OneNode(op, {Stored("nan")}));
+      ASSERT_TRUE(r.ok()) << op << ": " << r.status();
+      EXPECT_TRUE(MatchesReference(op, {nan}, Output(*r, "n"), NodeReport(*r, "n").algorithm()))
+          << op << " of a tensor with a NaN in its last shard";
+    }
+    r = node().Execute(OneNode("sum", {Stored("nan")}));
+    ASSERT_TRUE(r.ok()) << r.status();
+    const std::vector<float> sum = Floats(Output(*r, "n").data());
+    ASSERT_EQ(sum.size(), 1u);
+    EXPECT_TRUE(std::isnan(sum[0])) << "sum of a tensor with a NaN in its last shard: " << sum[0];
 
-  client::HostTensor zeros = F32({rows, cols}, std::vector<float>(rows * cols, 0.f));
-  for (int64_t i = 0; i < spans.front().rows * cols; ++i) {
-    reinterpret_cast<float*>(zeros.data.data())[i] = -0.f;
-  }
-  ASSERT_NO_FATAL_FAILURE(PutSharded("zeros", zeros));
-  for (const char* op : {"max", "min"}) {
-    r = node().Execute(OneNode(op, {Stored("zeros")}));
-    ASSERT_TRUE(r.ok()) << op << ": " << r.status();
-    const std::vector<float> got = Floats(Output(*r, "n").data());
-    ASSERT_EQ(got.size(), 1u);
-    EXPECT_EQ(std::signbit(got[0]), std::string(op) == "min")
-        << op << " over -0.0 (first shard) and +0.0 (the others) gave " << got[0];
-    EXPECT_TRUE(MatchesReference(op, {zeros}, Output(*r, "n"), NodeReport(*r, "n").algorithm()));
+    for (bool negative_first : {true, false}) {
+      SCOPED_TRACE(negative_first ? "-0.0 in the first shard" : "-0.0 in the last shard");
+      client::HostTensor zeros = RandomValues(dtype, {rows, cols}, rng_);
+      const ShardSpan& negative = negative_first ? spans.front() : spans.back();
+      for (int64_t i = 0; i < rows * cols; ++i) {
+        const bool in_negative =
+            i >= negative.row_begin * cols && i < (negative.row_begin + negative.rows) * cols;
+        set(zeros, i, in_negative ? -0.f : 0.f);
+      }
+      ASSERT_NO_FATAL_FAILURE(PutSharded("zeros", zeros));
+      for (const char* op : {"max", "min"}) {
+        r = node().Execute(OneNode(op, {Stored("zeros")}));
+        ASSERT_TRUE(r.ok()) << op << ": " << r.status();
+        EXPECT_TRUE(MatchesReference(op, {zeros}, Output(*r, "n"), NodeReport(*r, "n").algorithm()))
+            << op << " over -0.0 and +0.0 in different shards: "
+            << (std::string(op) == "max" ? "+0.0" : "-0.0") << " expected";
+      }
+    }
   }
 }
 
@@ -281,7 +297,7 @@ TEST_P(NodeShardingTest, OnlyRankTwoTensorsShard) {
     SCOPED_TRACE(client::ShapeString(shape));
     const client::HostTensor t = RandomValues(v1::FLOAT32, shape, rng_);
     EXPECT_TRUE(StatusIs(node().Put("v", t, {.shard = true}).status(), Code::kInvalidArgument,
-                         {"'v'", "rank"}));
+                         {"'v'", "shard"}));
   }
   // A sharded tensor has no one device.
   const client::HostTensor m = RandomValues(v1::FLOAT32, {6, 2}, rng_);
