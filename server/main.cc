@@ -571,8 +571,9 @@ int Run() {
     std::cerr << "opserve: " << worker_poll.status() << std::endl;
     return 2;
   }
-  std::cerr << "opserve: " << backends.size() << (backends.size() == 1 ? " device, " : " devices, ")
-            << lanes << (lanes == 1 ? " lane" : " lanes") << " each" << std::endl;
+  if (backends.size() > 1) std::cerr << "opserve: " << backends.size() << " devices" << std::endl;
+  std::cerr << "opserve: " << lanes << (lanes == 1 ? " lane" : " lanes")
+            << (backends.size() > 1 ? " per device" : "") << std::endl;
   // Copies between the devices: peer copies and NCCL on GPUs, memcpy on CPU devices.
   std::unique_ptr<Collectives> collectives =
 #if OPSERVE_WITH_CUDA
