@@ -116,6 +116,10 @@ class Launcher {
   // one graph launch queues them all for less host time than those calls take one by one.
   absl::StatusOr<bool> AllocateForGraph() {
     if (!env_.LaunchesGraphs()) return false;
+#if OPSERVE_TEST_HOOKS
+    // A fault injected into every node must reach the device: a replayed graph would skip it.
+    if (options_.fail_algorithm == "*") return false;
+#endif
     for (int i = 0; i < num_nodes_; ++i) {
       if (plan_.nodes[i].fused_into >= 0) continue;  // no output of its own
       if (plan_.nodes[i].device_dest) {

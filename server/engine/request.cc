@@ -73,6 +73,7 @@ void Request::Finish(const absl::Status& status) {
   status_ = status;
   result_.peer_copy_bytes += peer_bytes_;
   result_.peer_copy_us += peer_us_;
+  result_.input_us += peer_us_;
   stage_ = Stage::kCompleted;
   Mark(RequestTrace::kCompleted);
   if (absl::Status h = engine_->backend(device_).Healthy(); !h.ok()) {
@@ -118,6 +119,7 @@ absl::Status Request::CommitElsewhere() {
           ASSIGN_OR_RETURN(t, engine_->CopyTo(*t, dst, &bytes));
           result_.peer_copy_bytes += bytes;
           result_.peer_copy_us += MicrosSince(t0);
+          result_.output_us += MicrosSince(t0);
           engine_->RecordPeerCopy(dst, bytes, MicrosSince(t0) * 1e-6);
         }
       }

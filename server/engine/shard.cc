@@ -1,6 +1,7 @@
 #include "server/engine/shard.h"
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -97,6 +98,8 @@ T Combine2(absl::string_view op, T a, T b) {
   if (op == "sum") return a + b;
   if constexpr (std::is_floating_point_v<T>) {
     if (a != a || b != b) return a != a ? a : b;  // NaN wins, as in the kernels
+    // -0 < +0, as the reference orders them (std::max keeps the first of equal zeros).
+    if (a == b) return (std::signbit(a) == (op == "max")) ? b : a;
   }
   return op == "max" ? std::max(a, b) : std::min(a, b);
 }
@@ -254,7 +257,10 @@ void ShardedRun::Done(std::unique_ptr<Request> part) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t i = 0; i < sharded_->shards.size(); ++i) {
-      if (sharded_->shards[i].device == part->pinned_device_) parts_[i] = std::move(part);
+      if (sharded_->shards[i].device == part->pinned_device_) {
+        parts_[i] = std::move(part);
+        break;
+      }
     }
     if (--pending_ > 0) return;
   }
@@ -388,6 +394,7 @@ absl::Status ShardedRun::Combine() {
   }
   out.peer_copy_bytes += broadcast_bytes_;
   out.peer_copy_us += peer_us + broadcast_us_;
+  out.input_us += broadcast_us_;
   out.replay = r0.replay;
   request_->result_ = std::move(out);
   return absl::OkStatus();
