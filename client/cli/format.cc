@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -192,6 +193,48 @@ std::string InfoLine(const v1::TensorInfo& info) {
       info.name(), ": ", client::DTypeName(info.dtype()),
       client::ShapeString(std::vector<int64_t>(info.shape().begin(), info.shape().end())), ", ",
       FormatBytes(info.bytes()), " on ", info.device());
+}
+
+std::string RowRange(const v1::TensorShard& shard) {
+  return absl::StrCat("rows [", shard.row_begin(), ", ", shard.row_begin() + shard.rows(), ")");
+}
+
+std::string ShardLines(const v1::TensorInfo& info) {
+  std::string out;
+  for (int i = 0; i < info.shards_size(); ++i) {
+    const v1::TensorShard& shard = info.shards(i);
+    absl::StrAppend(&out, "  shard ", i, ": ", RowRange(shard), " on ", shard.device(), ", ",
+                    FormatBytes(shard.bytes()), "\n");
+  }
+  return out;
+}
+
+std::string DevicesTable(const v1::ListOpsResponse& ops) {
+  Table table({{"device"},
+               {"capability"},
+               {"used", true},
+               {"budget", true},
+               {"total", true},
+               {"state"},
+               {"description"}});
+  for (const v1::DeviceInfo& device : ops.devices()) {
+    table.AddRow({device.name(), device.capability(), FormatBytes(device.memory_used()),
+                  FormatBytes(device.memory_budget()), FormatBytes(device.memory_total()),
+                  device.serving() ? "serving" : absl::StrCat("out: ", device.error()),
+                  device.description()});
+  }
+  return table.Render();
+}
+
+std::map<std::string, std::vector<std::string>> AlgorithmDevices(const v1::ListOpsResponse& ops) {
+  std::map<std::string, std::vector<std::string>> runs_on;
+  std::set<std::set<std::string>> distinct;
+  for (const v1::DeviceInfo& device : ops.devices()) {
+    distinct.emplace(device.algorithms().begin(), device.algorithms().end());
+    for (const std::string& row : device.algorithms()) runs_on[row].push_back(device.name());
+  }
+  if (distinct.size() <= 1) runs_on.clear();
+  return runs_on;
 }
 
 std::string FailureText(const absl::Status& status, bool from_server) {
