@@ -89,7 +89,8 @@ class Client {
   absl::StatusOr<v1::TensorInfo> PutTensor(absl::string_view name, v1::DType dtype,
                                            absl::Span<const int64_t> shape, const void* data,
                                            uint64_t bytes, bool overwrite,
-                                           const Placement& placement, const CallOptions& call = {});
+                                           const Placement& placement,
+                                           const CallOptions& call = {});
   absl::StatusOr<v1::TensorInfo> PutTensor(absl::string_view name, v1::DType dtype,
                                            absl::Span<const int64_t> shape, const void* data,
                                            uint64_t bytes, bool overwrite,

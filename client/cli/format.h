@@ -69,6 +69,10 @@ std::string DevicesTable(const v1::ListOpsResponse& ops);
 // several generations); empty when every device runs the same rows.
 std::map<std::string, std::vector<std::string>> AlgorithmDevices(const v1::ListOpsResponse& ops);
 
+// `opserve-cli ops`: the backend, the devices table, then a row per op and per algorithm (with
+// a "devices" column naming who runs each row when the devices differ).
+std::string OpsText(const v1::ListOpsResponse& ops);
+
 // A JSON string literal with escapes.
 std::string JsonQuote(absl::string_view text);
 

@@ -229,44 +229,7 @@ int Ops(client::Client& c, const Flags& flags) {
     std::cout << ProtoJson(*ops) << "\n";
     return 0;
   }
-  if (ops->devices().empty()) {  // a server from before devices were listed
-    std::cout << "backend " << ops->backend() << ", device " << ops->device() << "\n\n";
-  } else {
-    std::cout << "backend " << ops->backend() << ", " << ops->devices_size()
-              << (ops->devices_size() == 1 ? " device" : " devices") << "\n\n"
-              << DevicesTable(*ops) << "\n";
-  }
-  // Devices of one kind run the same rows; where they differ (GPUs of several generations),
-  // each algorithm row names the devices that run it.
-  const std::map<std::string, std::vector<std::string>> runs_on = AlgorithmDevices(*ops);
-  std::vector<Table::Column> columns = {
-      {"op"}, {"algorithm"}, {"dtypes"}, {"deterministic"}, {"description"}};
-  if (!runs_on.empty()) columns.insert(columns.begin() + 4, {"devices"});
-  Table table(std::move(columns));
-  auto dtype_list = [](const auto& dtypes) {
-    std::vector<std::string> names;
-    for (int dtype : dtypes) names.emplace_back(client::DTypeName(static_cast<v1::DType>(dtype)));
-    return absl::StrJoin(names, ",");
-  };
-  for (const v1::OpInfo& op : ops->ops()) {
-    std::vector<std::string> row = {op.name(),
-                                    absl::StrCat("(default: ", op.default_algorithm(), ")"),
-                                    dtype_list(op.dtypes()), "", op.description()};
-    if (!runs_on.empty()) row.insert(row.begin() + 4, "");
-    table.AddRow(std::move(row));
-    for (const v1::AlgorithmInfo& algorithm : op.algorithms()) {
-      row = {"", absl::StrCat(algorithm.name(), algorithm.is_default() ? " *" : ""),
-             dtype_list(algorithm.dtypes()), algorithm.deterministic() ? "yes" : "no",
-             algorithm.description()};
-      if (!runs_on.empty()) {
-        const auto devices = runs_on.find(absl::StrCat(op.name(), "/", algorithm.name()));
-        row.insert(row.begin() + 4, devices == runs_on.end() ? "none"
-                                                             : absl::StrJoin(devices->second, ","));
-      }
-      table.AddRow(std::move(row));
-    }
-  }
-  std::cout << table.Render();
+  std::cout << OpsText(*ops);
   return 0;
 }
 

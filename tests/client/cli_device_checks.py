@@ -62,7 +62,8 @@ def check_ops(cli):
     check(out.startswith("backend cpu, 2 devices\n"), f"ops' first line: {out.splitlines()[:1]}")
     rows = {r[0]: r for r in table_rows(out)}
     for name in DEVICES:
-        check(name in rows and "serving" in rows[name], f"ops lacks a serving row for {name}:\n{out}")
+        check(name in rows and "serving" in rows[name],
+              f"ops lacks a serving row for {name}:\n{out}")
     check("budget" in out and "capability" in out, f"ops' device table lacks its headers:\n{out}")
     # Devices that run the same rows need no per-row device column.
     op_header = next((r for r in table_rows(out) if r[0] == "op"), None)
