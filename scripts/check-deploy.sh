@@ -286,7 +286,11 @@ if not problems:
     pod = dep["spec"]["template"]["spec"]
     (c,) = pod["containers"]
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-    check(str(c["resources"]["limits"].get("nvidia.com/gpu")) == "1", "limits nvidia.com/gpu != 1")
+    # N GPUs a pod (the node's, or part of it): one process serves each with --device=cuda.
+    gpus = str(c["resources"]["limits"].get("nvidia.com/gpu"))
+    check(gpus.isdigit() and int(gpus) >= 1, f"limits nvidia.com/gpu {gpus}, not a count of 1 or more")
+    check(str(c["resources"]["requests"].get("nvidia.com/gpu")) == gpus,
+          "requests nvidia.com/gpu != limits (an extended resource needs them equal)")
     check("grpc" in ports and "metrics" in ports, f"container ports not named grpc/metrics: {ports}")
     for probe in ("readinessProbe", "livenessProbe"):
         p = c.get(probe, {})

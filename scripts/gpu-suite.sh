@@ -8,6 +8,8 @@
 # Capped mode, the GPU suite of an older GPU on this one: every server it starts gets
 # --max_compute_capability, and the in-process kernel tests create their backend with the same
 # cap ($OPSERVE_TEST_MAX_COMPUTE_CAPABILITY), so rows above it are skipped, never run.
+#   --device=D     the GPU the servers run on (default cuda:0; cuda:1 runs the suite on a
+#                  second GPU, where every CUDA call must find its own device)
 #   --max-cc=X.Y   cap the suite at X.Y (the binaries as they are)
 #   --shards=N     run the kernel table's cases (Table/*) as N gtest shards at once: their CPU
 #                  references, not the GPU, bound that part, and a GPU host has the cores
@@ -20,13 +22,14 @@
 # `make test-build` makes in build-test: the fault tests use the server's --test_* flags)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-sanitize=0 max_cc="" capped80=0 shards=1 build=build-test
+sanitize=0 max_cc="" capped80=0 shards=1 build=build-test device=cuda:0
 for arg in "$@"; do
   case $arg in
     --sanitize) sanitize=1 ;;
     --max-cc=*) max_cc=${arg#--max-cc=} ;;
     --capped80) capped80=1 max_cc=8.0 ;;
     --shards=*) shards=${arg#--shards=} ;;
+    --device=*) device=${arg#--device=} ;;
     -*) echo "gpu-suite: unknown option $arg" >&2; exit 2 ;;
     *) build=$arg ;;
   esac
@@ -42,7 +45,7 @@ fi
 find_bin() { for p in "$bin/$1" "$bin/tests/gpu/$1" "$bin/tests/e2e/$1" "$bin/server/$1" "$bin/client/$1"; do [[ -x "$p" ]] && { echo "$p"; return; }; done; }
 out=${OUT:-/tmp/opserve-gpu-suite}
 mkdir -p "$out"
-export OPSERVE_BIN=$(find_bin opserve) OPSERVE_CLI=$(find_bin opserve-cli) OPSERVE_TEST_DEVICE=cuda
+export OPSERVE_BIN=$(find_bin opserve) OPSERVE_CLI=$(find_bin opserve-cli) OPSERVE_TEST_DEVICE=$device
 start=$SECONDS
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || true
@@ -117,7 +120,7 @@ py_root=$here/python
 [[ -d "$py_root" ]] || py_root=$(cd "$here/.." && pwd)  # scripts/ of a checkout
 if python3 -c "import grpc, numpy" 2>/dev/null && PATH="$here/bin:$PATH" command -v protoc grpc_python_plugin >/dev/null; then
   echo "== python_kserve"
-  PATH="$here/bin:$PATH" OPSERVE_TEST_DEVICE=cuda python3 "$py_root/tests/python/kserve_test.py" \
+  PATH="$here/bin:$PATH" OPSERVE_TEST_DEVICE=$device python3 "$py_root/tests/python/kserve_test.py" \
     --opserve "$OPSERVE_BIN" --proto-root "$py_root/proto" --work-dir "$out/python_kserve" \
     --junit-xml "$out/python_kserve.xml" > "$out/python_kserve.log" 2>&1 || status=1
   grep -E '^(Ran |OK|FAILED)' "$out/python_kserve.log"

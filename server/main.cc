@@ -23,10 +23,13 @@
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/mutex_checks.h"
 #include "common/sanitized.h"
 #include "common/status_macros.h"
+#include "server/engine/collectives.h"
 #include "server/engine/cpu_backend.h"
 #include "server/ops/op.h"
 #include "server/rpc/host_malloc.h"
@@ -42,8 +45,12 @@
 ABSL_FLAG(std::string, host, "0.0.0.0", "address to listen on");
 ABSL_FLAG(int, port, 50051, "gRPC port (0: pick a free one and print it)");
 ABSL_FLAG(int, metrics_port, 9464, "Prometheus /metrics port (0: pick a free one, -1: off)");
-ABSL_FLAG(std::string, device, "auto", "auto | cpu | cuda | cuda:N");
-ABSL_FLAG(uint64_t, max_tensor_bytes, 0, "largest tensor, stored or intermediate (0: the budget)");
+ABSL_FLAG(std::string, device, "auto",
+          "auto (every GPU, else the CPU) | cpu | cpu:N (N CPU reference devices) | cuda (every "
+          "visible GPU) | cuda:I[,J...] (a list)");
+ABSL_FLAG(uint64_t, max_tensor_bytes, 0,
+          "largest tensor, stored or intermediate (0: the budgets of every device together, "
+          "which a sharded tensor may span)");
 ABSL_FLAG(uint64_t, memory_budget_bytes, 0,
           "bytes of device memory the server may hold (0: 90% of free GPU memory, or half of RAM)");
 ABSL_FLAG(int, max_graph_nodes, 256, "most nodes in one Execute graph");
@@ -96,6 +103,9 @@ ABSL_FLAG(std::string, max_compute_capability, "",
 ABSL_FLAG(std::string, test_fail_algorithm, "",
           "test builds only: every node running OP/ALGORITHM fails as a faulty kernel would\n"
           "(on CUDA with an illegal address: a sticky error, health turns NOT_SERVING)");
+ABSL_FLAG(std::string, test_fail_device, "",
+          "test builds only: NAME[@K]: the K-th request (default 1) that runs on device NAME\n"
+          "injects a sticky device fault there; the device goes out of service, the others serve on");
 ABSL_FLAG(std::string, test_reply_without_device, "",
           "test builds only: Execute and ModelInfer answer without running the graph, with zeros\n"
           "of the outputs' sizes: 'handler' on the gRPC thread after planning, 'launch' on a\n"
@@ -121,6 +131,8 @@ constexpr size_t kTracedCalls = 1 << 18;
 // A graph holds device memory for its scratch (charged to the budget) and host memory for its
 // instance.
 constexpr int kMaxGraphCache = 1024;
+// The most devices one process serves (--device=cpu:N, cuda:I,J...): more than any node has.
+constexpr int kMaxDevices = 64;
 
 // Abseil prints it after "opserve: ".
 constexpr char kUsage[] =
@@ -160,44 +172,110 @@ absl::StatusOr<int> MaxComputeCapabilityFromFlag() {
   return *cc;
 }
 
-// The first log line says which backend was chosen and why.
-absl::StatusOr<std::unique_ptr<Backend>> ChooseBackend(const std::string& device, uint64_t budget,
-                                                       int max_compute_capability) {
+// The devices --device names: "cpu", "cpu:N" (N CPU devices), "cuda" (every visible GPU),
+// "cuda:I[,J...]" (a list) or "auto" (every GPU if one is usable, else "cpu").
+struct DeviceFlag {
+  bool cpu = false;
+  int cpu_devices = 0;    // "cpu:N"; 0 for plain "cpu"
+  bool all_cuda = false;  // "cuda", "auto"
+  bool fall_back = false;  // "auto"
+  std::vector<int> cuda;  // "cuda:I,J"
+};
+
+absl::StatusOr<DeviceFlag> ParseDeviceFlag(const std::string& flag) {
+  DeviceFlag f;
+  auto bad = [&] {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--device must be auto, cpu, cpu:N, cuda or cuda:I[,J...], got '", flag, "'"));
+  };
+  if (flag == "cpu") {
+    f.cpu = true;
+  } else if (flag == "auto") {
+    f.all_cuda = f.fall_back = true;
+  } else if (flag == "cuda") {
+    f.all_cuda = true;
+  } else if (flag.rfind("cpu:", 0) == 0) {
+    int n = 0;
+    if (!absl::SimpleAtoi(flag.substr(4), &n) || n < 1 || n > kMaxDevices) return bad();
+    f.cpu = true;
+    f.cpu_devices = n;
+  } else if (flag.rfind("cuda:", 0) == 0) {
+    for (absl::string_view part : absl::StrSplit(flag.substr(5), ',')) {
+      int i = 0;
+      if (!absl::SimpleAtoi(part, &i) || i < 0 || i >= kMaxDevices) return bad();
+      if (std::find(f.cuda.begin(), f.cuda.end(), i) != f.cuda.end()) {
+        return absl::InvalidArgumentError(absl::StrCat("--device names cuda:", i, " twice"));
+      }
+      f.cuda.push_back(i);
+    }
+  } else {
+    return bad();
+  }
+  return f;
+}
+
+std::vector<std::unique_ptr<Backend>> CpuBackends(const DeviceFlag& f, uint64_t budget) {
+  std::vector<std::unique_ptr<Backend>> out;
+  if (f.cpu_devices == 0) {
+    out.push_back(MakeCpuBackend(budget));
+  } else {
+    for (int i = 0; i < f.cpu_devices; ++i) {
+      out.push_back(MakeCpuBackend(budget, absl::StrCat("cpu:", i), f.cpu_devices));
+    }
+  }
+  return out;
+}
+
+// The first log lines say which backend and devices were chosen and why.
+absl::StatusOr<std::vector<std::unique_ptr<Backend>>> ChooseBackends(const std::string& device,
+                                                                     uint64_t budget,
+                                                                     int max_compute_capability) {
   const int graph_cache = absl::GetFlag(FLAGS_graph_cache);
   if (graph_cache < 0 || graph_cache > kMaxGraphCache) {
     return absl::InvalidArgumentError(absl::StrCat("--graph_cache must be 0 to ", kMaxGraphCache,
                                                    ", got ", graph_cache));
   }
-  if (device == "cpu") {
-    std::cerr << "opserve: backend cpu (--device=cpu)" << std::endl;
-    return MakeCpuBackend(budget);
-  }
-  int index = 0;
-  if (device.rfind("cuda:", 0) == 0) index = std::atoi(device.c_str() + 5);
-  if (device != "auto" && device != "cuda" && device.rfind("cuda:", 0) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--device must be auto, cpu, cuda or cuda:N, got '", device, "'"));
+  ASSIGN_OR_RETURN(DeviceFlag f, ParseDeviceFlag(device));
+  if (f.cpu) {
+    std::cerr << "opserve: backend cpu (--device=" << device << ")" << std::endl;
+    return CpuBackends(f, budget);
   }
 #if OPSERVE_WITH_CUDA
-  absl::Status probe = ProbeCuda(index);
-  if (probe.ok()) {
-    auto backend = MakeCudaBackend(index, budget, max_compute_capability, graph_cache);
-    if (backend.ok()) {
-      std::cerr << "opserve: backend cuda: " << (*backend)->description() << " (--device=" << device
-                << ")" << std::endl;
-      return backend;
+  absl::Status probe = absl::OkStatus();
+  std::vector<int> ordinals = f.cuda;
+  if (f.all_cuda) {
+    absl::StatusOr<int> count = CudaDeviceCount();
+    if (count.ok()) {
+      for (int i = 0; i < *count; ++i) ordinals.push_back(i);
+    } else {
+      probe = count.status();
     }
-    probe = backend.status();
   }
-  if (device != "auto") return probe;
+  std::vector<std::unique_ptr<Backend>> out;
+  for (int i : ordinals) {
+    if (!probe.ok()) break;
+    probe = ProbeCuda(i);
+    if (!probe.ok()) break;
+    auto backend = MakeCudaBackend(i, budget, max_compute_capability, graph_cache);
+    if (!backend.ok()) {
+      probe = backend.status();
+      break;
+    }
+    std::cerr << "opserve: backend cuda: " << (*backend)->description() << " (--device=" << device
+              << ")" << std::endl;
+    out.push_back(*std::move(backend));
+  }
+  if (probe.ok()) return out;
+  if (!f.fall_back) return probe;
   std::cerr << "opserve: backend cpu: no usable GPU (" << probe.message() << ")" << std::endl;
 #else
   (void)max_compute_capability;  // only the CUDA backend has a capability to cap
-  if (device != "auto") {
+  if (!f.fall_back) {
     return absl::FailedPreconditionError("this opserve was built without CUDA (no nvcc at build time)");
   }
   std::cerr << "opserve: backend cpu: built without CUDA" << std::endl;
 #endif
-  return MakeCpuBackend(budget);
+  return CpuBackends(DeviceFlag{.cpu = true}, budget);
 }
 
 // SIGTERM and SIGINT are blocked in every thread (main() blocks them before the first thread
@@ -338,6 +416,7 @@ absl::StatusOr<ServiceOptions> ServiceOptionsFromFlags(uint64_t budget) {
 #if OPSERVE_TEST_HOOKS
   options.fail_algorithm = absl::GetFlag(FLAGS_test_fail_algorithm);
   options.reply_without_device = absl::GetFlag(FLAGS_test_reply_without_device);
+  options.fail_device = absl::GetFlag(FLAGS_test_fail_device);
   if (const std::string& m = options.reply_without_device;
       !m.empty() && m != "handler" && m != "launch" && m != "lane") {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -347,19 +426,23 @@ absl::StatusOr<ServiceOptions> ServiceOptionsFromFlags(uint64_t budget) {
   return options;
 }
 
-// The metrics exposer, or nullptr with --metrics_port=-1. Every kernel this backend can run has
+// The metrics exposer, or nullptr with --metrics_port=-1. Every kernel each device can run has
 // its series at 0 from the first scrape, labelled as the executor's RecordKernel labels them:
-// the table's op and algorithm names.
-absl::StatusOr<std::unique_ptr<Metrics>> StartMetrics(const Backend& backend) {
+// the table's op and algorithm names, and the device's.
+absl::StatusOr<std::unique_ptr<Metrics>> StartMetrics(
+    const std::vector<std::unique_ptr<Backend>>& backends, const std::vector<std::string>& devices) {
   if (absl::GetFlag(FLAGS_metrics_port) < 0) return nullptr;
   ASSIGN_OR_RETURN(std::unique_ptr<Metrics> metrics,
                    Metrics::Create(absl::StrCat(absl::GetFlag(FLAGS_host), ":",
                                                 absl::GetFlag(FLAGS_metrics_port)),
-                                   backend.device(), backend.name(), MetricRpcNames()));
-  for (const OpSpec& op : Ops()) {
-    for (const AlgoSpec* algo : AlgorithmsFor(op.name, backend)) {
-      metrics->InitKernelSeries(std::string_view(op.name.data(), op.name.size()),
-                                std::string_view(algo->name.data(), algo->name.size()));
+                                   devices, backends.front()->name(), MetricRpcNames()));
+  for (size_t i = 0; i < backends.size(); ++i) {
+    for (const OpSpec& op : Ops()) {
+      for (const AlgoSpec* algo : AlgorithmsFor(op.name, *backends[i])) {
+        metrics->device(static_cast<int>(i))
+            .InitKernelSeries(std::string_view(op.name.data(), op.name.size()),
+                              std::string_view(algo->name.data(), algo->name.size()));
+      }
     }
   }
   return metrics;
@@ -422,15 +505,26 @@ int Run() {
     std::cerr << "opserve: " << max_cc.status() << std::endl;
     return 2;
   }
-  auto backend_or = ChooseBackend(absl::GetFlag(FLAGS_device),
-                                  absl::GetFlag(FLAGS_memory_budget_bytes), *max_cc);
-  if (!backend_or.ok()) {
-    std::cerr << "opserve: " << backend_or.status() << std::endl;
+  auto backends_or = ChooseBackends(absl::GetFlag(FLAGS_device),
+                                    absl::GetFlag(FLAGS_memory_budget_bytes), *max_cc);
+  if (!backends_or.ok()) {
+    std::cerr << "opserve: " << backends_or.status() << std::endl;
     return 2;
   }
-  std::unique_ptr<Backend> backend = *std::move(backend_or);
+  std::vector<std::unique_ptr<Backend>> backends = *std::move(backends_or);
+  // Without --max_tensor_bytes a tensor may be as large as the node holds: a sharded one spreads
+  // over every device's budget, and an unsharded one still has to fit its device's.
+  uint64_t total_budget = 0;
+  std::vector<std::string> device_names;
+  std::vector<int> cuda_ordinals;
+  for (const auto& b : backends) {
+    total_budget += b->Memory().budget;
+    device_names.push_back(b->device());
+    if (b->name() == "cuda") cuda_ordinals.push_back(std::atoi(b->device().c_str() + 5));
+  }
+  const Backend& first = *backends.front();
 
-  auto options_or = ServiceOptionsFromFlags(backend->Memory().budget);
+  auto options_or = ServiceOptionsFromFlags(total_budget);
   if (!options_or.ok()) {
     std::cerr << "opserve: " << options_or.status() << std::endl;
     return 2;
@@ -449,14 +543,14 @@ int Run() {
     return 2;
   }
 
-  auto metrics_or = StartMetrics(*backend);
+  auto metrics_or = StartMetrics(backends, device_names);
   if (!metrics_or.ok()) {
     std::cerr << "opserve: metrics: " << metrics_or.status() << std::endl;
     return 2;
   }
   std::unique_ptr<Metrics> metrics = *std::move(metrics_or);
 
-  auto lanes_or = LanesFromFlags(*backend);
+  auto lanes_or = LanesFromFlags(first);
   if (!lanes_or.ok()) {
     std::cerr << "opserve: " << lanes_or.status() << std::endl;
     return 2;
@@ -477,24 +571,40 @@ int Run() {
     std::cerr << "opserve: " << worker_poll.status() << std::endl;
     return 2;
   }
-  if (metrics) metrics->InitLanes(lanes);
-  std::cerr << "opserve: " << lanes << (lanes == 1 ? " lane" : " lanes") << std::endl;
-  Metrics* lane_metrics = metrics.get();
-  auto device_or = Device::Start(
-      std::move(backend), lanes, absl::GetFlag(FLAGS_max_inflight),
-      *worker_poll,
-      [lane_metrics](int lane, int running) {
-        if (lane_metrics != nullptr) lane_metrics->SetLaneInflight(lane, running);
-      },
-      *completion_threads, *lane_contexts);
-  if (!device_or.ok()) {
-    std::cerr << "opserve: device worker: " << device_or.status() << std::endl;
-    return 2;
+  std::cerr << "opserve: " << backends.size() << (backends.size() == 1 ? " device, " : " devices, ")
+            << lanes << (lanes == 1 ? " lane" : " lanes") << " each" << std::endl;
+  // Copies between the devices: peer copies and NCCL on GPUs, memcpy on CPU devices.
+  std::unique_ptr<Collectives> collectives =
+#if OPSERVE_WITH_CUDA
+      !cuda_ordinals.empty() ? NewCudaCollectives(cuda_ordinals) :
+#endif
+                             NewHostCollectives(static_cast<int>(backends.size()));
+  if (backends.size() > 1) {
+    std::cerr << "opserve: between devices: " << collectives->name() << "\n"
+              << collectives->Topology() << std::flush;
   }
-  Device& device = **device_or;
-  WarmUp(device);
+  std::vector<std::unique_ptr<Device>> devices;
+  std::vector<Device*> device_ptrs;
+  for (size_t i = 0; i < backends.size(); ++i) {
+    if (metrics) metrics->device(static_cast<int>(i)).InitLanes(lanes);
+    DeviceMetrics* lane_metrics = metrics ? &metrics->device(static_cast<int>(i)) : nullptr;
+    auto device_or = Device::Start(
+        std::move(backends[i]), lanes, absl::GetFlag(FLAGS_max_inflight), *worker_poll,
+        [lane_metrics](int lane, int running) {
+          if (lane_metrics != nullptr) lane_metrics->SetLaneInflight(lane, running);
+        },
+        *completion_threads, *lane_contexts);
+    if (!device_or.ok()) {
+      std::cerr << "opserve: device worker of " << device_names[i] << ": " << device_or.status()
+                << std::endl;
+      return 2;
+    }
+    WarmUp(**device_or);
+    device_ptrs.push_back(device_or->get());
+    devices.push_back(*std::move(device_or));
+  }
   TensorStore store;
-  ServerCore core(device, store, metrics.get(), options);
+  ServerCore core(device_ptrs, store, metrics.get(), collectives.get(), options);
   core.UpdateStoreGauges();
 
   // A supervisor may signal the moment it sees the listening line: g_serving is set before the
@@ -508,14 +618,15 @@ int Run() {
     if (h == nullptr) return;
     h->SetServingStatus(false);
     if (!reported_unhealthy.exchange(true)) {
-      std::cerr << "opserve: the device failed; health is NOT_SERVING" << std::endl;
+      std::cerr << "opserve: every device failed; health is NOT_SERVING" << std::endl;
     }
   });
-  // The Open Inference Protocol's ServerReady: false from the drain on, or once the device failed.
+  // The Open Inference Protocol's ServerReady: false from the drain on, or once every device
+  // failed.
   std::atomic<bool> draining{false};
   OpServeService service(core);
-  InferenceService inference(core, [&draining, &device] {
-    return !draining.load() && device.backend().Healthy().ok();
+  InferenceService inference(core, [&draining, &core] {
+    return !draining.load() && core.engine().AnyServing().ok();
   });
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -547,7 +658,9 @@ int Run() {
   auto* health = server->GetHealthCheckService();
   health->SetServingStatus(true);
   health_service.store(health);
-  if (!device.backend().Healthy().ok()) core.ReportUnhealthy();  // failed in the warm-up
+  for (int i = 0; i < core.engine().num_devices(); ++i) {  // failed in the warm-up
+    if (absl::Status h = core.engine().backend(i).Healthy(); !h.ok()) core.engine().MarkFailed(i, h);
+  }
   g_serving.store(true);  // from here a signal drains instead of ending the process
   std::cerr << "opserve: listening on " << absl::GetFlag(FLAGS_host) << ":" << port << std::endl;
 
@@ -557,7 +670,7 @@ int Run() {
   health->SetServingStatus(false);
   draining.store(true);
   Drain(*server, core);
-  device.Shutdown();
+  for (auto& d : devices) d->Shutdown();
   if (trace) {  // every call is done: the drain waited for them
     if (absl::Status s = trace->WriteCsv(trace_path); !s.ok()) {
       std::cerr << "opserve: " << s << std::endl;

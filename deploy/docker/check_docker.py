@@ -9,7 +9,10 @@
       - every opserve service's stop_grace_period (Docker's default is 10 s) exceeds the
         --shutdown_grace_seconds it is started with (the default read from server/main.cc) by at
         least STOP_MARGIN_S, the time left for the teardown after the drain;
-      - the service that reserves a GPU runs --device=cuda (or cuda:N), never auto or cpu.
+      - the service that reserves a GPU runs --device=cuda (or cuda:N, or a list cuda:0,2), never
+        auto or cpu; one that reserves several GPUs (count: all, count: N > 1, several
+        device_ids) serves each: --device=cuda (every GPU the container sees), or a list of as
+        many.
   check_docker.py dockerfile [--repo DIR] [--dockerfile FILE] [--libs-script FILE]
       Checks the runtime stage of the Dockerfile (default deploy/docker/Dockerfile):
       - the group is created with an explicit gid before the user, the user gets that gid, no
@@ -81,10 +84,30 @@ def default_grace_seconds(repo):
     return int(match.group(1))
 
 
-def reserves_gpu(service):
+def gpu_reservations(service):
     reservations = service.get("deploy", {}).get("resources", {}).get("reservations", {})
-    devices = reservations.get("devices", [])
-    return any(d.get("driver") == "nvidia" or "gpu" in d.get("capabilities", []) for d in devices)
+    return [d for d in reservations.get("devices", [])
+            if d.get("driver") == "nvidia" or "gpu" in d.get("capabilities", [])]
+
+
+def reserves_gpu(service):
+    return bool(gpu_reservations(service))
+
+
+def reserved_gpus(service):
+    """How many GPUs the service reserves: a number, or "all"."""
+    total = 0
+    for d in gpu_reservations(service):
+        if str(d.get("count")) in ("all", "-1"):
+            return "all"
+        total += len(d["device_ids"]) if d.get("device_ids") else int(d.get("count", 1))
+    return total
+
+
+def listed_gpus(device):
+    """How many GPUs --device=cuda:I[,J...] names (None for --device=cuda: every visible one,
+    which is every one the service reserves)."""
+    return None if device == "cuda" else len(device.split(":", 1)[1].split(","))
 
 
 def check_compose(default_path, wide_path, repo):
@@ -109,9 +132,15 @@ def check_compose(default_path, wide_path, repo):
             problems.append(f"{name}: stop_grace_period {stop:g} s leaves less than {STOP_MARGIN_S} s "
                             f"after a drain of --shutdown_grace_seconds={grace}")
         device = flag_value(command, "device") or "auto"
-        if reserves_gpu(service) and not re.fullmatch(r"cuda(:\d+)?", device):
+        if reserves_gpu(service) and not re.fullmatch(r"cuda(:\d+(,\d+)*)?", device):
             problems.append(f"{name}: reserves a GPU but runs --device={device}: a broken GPU would "
                             "serve on the CPU backend instead of failing")
+        elif reserves_gpu(service):
+            reserved, listed = reserved_gpus(service), listed_gpus(device)
+            if listed is not None and (reserved == "all" or listed < reserved):
+                problems.append(f"{name}: reserves {reserved} GPUs but runs --device={device}, "
+                                f"which serves {listed}: the others would sit idle (--device=cuda "
+                                "serves every GPU the container sees)")
     if opserve_services < 2:
         problems.append(f"{opserve_services} opserve services (image opserve:...), "
                         "expected the GPU and CPU ones")

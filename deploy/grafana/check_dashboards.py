@@ -9,7 +9,12 @@ For every dashboard:
   - every metric an expression names is a family that server/engine/metrics.cc builds, or a series that
     deploy/prometheus/rules records (catches typos that stay valid PromQL);
   - every expression parses: each is wrapped in a recording rule of a rule file generated here, with
-    the variables replaced by sample values, and `promtool check rules` must accept the file.
+    the variables replaced by sample values, and `promtool check rules` must accept the file;
+  - a `device` variable lists the devices (label_values of opserve_device_memory_bytes, several at
+    once, All included), every selector of a device-level series (a family metrics.cc builds in
+    DeviceFamilies::Build, or a series a rule records by device) filters device=~"$device", and
+    the target's legend names {{device}}: one process serves several GPUs, and a panel that sums
+    them or leaves the selection out hides which one is slow, full or out.
 
 Usage: check_dashboards.py [--repo DIR] [--keep FILE]
 Exit status 0 when all is well, 1 on a finding, 2 when promtool is missing.
@@ -34,6 +39,8 @@ VAR_RE = re.compile(r"\$\{(\w+)(?::\w+)?\}|\[\[(\w+)\]\]|\$(\w+)")
 # colons. Label names, functions and durations match neither.
 METRIC_RE = re.compile(r"(?<![\w:\"])([a-zA-Z_][\w]*:[\w:]+|opserve_\w+)")
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
+DEVICE_FILTER = 'device=~"$device"'
+DEVICE_LEGEND = "{{device}}"
 
 
 def sample_values(dashboard):
@@ -63,8 +70,8 @@ def substitute(expr, values, problems, where):
 
 
 def known_metrics(repo):
-    families = set(re.findall(r'\.Name\("(opserve_\w+)"\)',
-                              open(os.path.join(repo, "server", "engine", "metrics.cc")).read()))
+    metrics_cc = open(os.path.join(repo, "server", "engine", "metrics.cc")).read()
+    families = set(re.findall(r'\.Name\("(opserve_\w+)"\)', metrics_cc))
     recorded = set()
     for path in glob.glob(os.path.join(repo, "deploy", "prometheus", "rules", "*.yml")):
         recorded |= set(re.findall(r"^\s*-?\s*record:\s*(\S+)\s*$", open(path).read(), re.M))
@@ -72,6 +79,58 @@ def known_metrics(repo):
         sys.exit(f"check_dashboards: found no metric families ({len(families)}) or recording "
                  f"rules ({len(recorded)}) under {repo}")
     return families, recorded
+
+
+def device_metrics(repo):
+    """The families that label each series with its device (those DeviceFamilies::Build builds in
+    metrics.cc) and the recorded series whose rules keep the device label (sum by (..., device, ...))."""
+    metrics_cc = open(os.path.join(repo, "server", "engine", "metrics.cc")).read()
+    body = re.search(r"void DeviceFamilies::Build\(.*?\n}\n", metrics_cc, re.S)
+    if not body:
+        sys.exit("check_dashboards: no DeviceFamilies::Build in server/engine/metrics.cc")
+    families = set(re.findall(r'\.Name\("(opserve_\w+)"\)', body.group(0)))
+    recorded = set()
+    for path in glob.glob(os.path.join(repo, "deploy", "prometheus", "rules", "*.yml")):
+        text = open(path).read()
+        for name, expr in re.findall(r"^\s*-?\s*record:\s*(\S+)\s*\n\s*expr:\s*\|?\s*\n?((?:.*\n)*?)"
+                                     r"(?=\s*-\s*record:|\s*-\s*name:|\s*#|\Z)", text, re.M):
+            if re.search(r"\bby\s*\([^)]*\bdevice\b", expr):
+                recorded.add(name)
+    if not families or not recorded:
+        sys.exit(f"check_dashboards: found no device-level families ({len(families)}) or rules "
+                 f"({len(recorded)}) under {repo}")
+    return families | recorded
+
+
+def device_selectors(expr, device_level):
+    """(metric, selector text or None) for each use of a device-level metric in expr."""
+    uses = []
+    for match in METRIC_RE.finditer(expr):
+        name = match.group(1)
+        base = next((name[: -len(s)] for s in HISTOGRAM_SUFFIXES
+                     if name.endswith(s) and name[: -len(s)] in device_level), name)
+        if base not in device_level:
+            continue
+        rest = expr[match.end():]
+        selector = re.match(r"\{[^}]*\}", rest)
+        uses.append((name, selector.group(0) if selector else None))
+    return uses
+
+
+def check_device_variable(dashboard, name, problems):
+    var = next((v for v in dashboard.get("templating", {}).get("list", [])
+                if v.get("name") == "device"), None)
+    if var is None:
+        problems.append(f"{name}: no device variable")
+        return
+    query = var.get("query")
+    query = query.get("query") if isinstance(query, dict) else query
+    if not re.fullmatch(r"label_values\(opserve_device_memory_bytes(\{[^}]*\})?,\s*device\)",
+                        str(query)):
+        problems.append(f"{name}: the device variable's query is {query!r}, not "
+                        "label_values(opserve_device_memory_bytes, device)")
+    if not (var.get("multi") is True and var.get("includeAll") is True):
+        problems.append(f"{name}: the device variable must allow several devices and All")
 
 
 def metric_known(name, families, recorded):
@@ -99,6 +158,7 @@ def main():
         return 2
 
     families, recorded = known_metrics(args.repo)
+    device_level = device_metrics(args.repo)
     dashboards = sorted(glob.glob(os.path.join(args.repo, "deploy", "grafana", "dashboards", "*.json")))
     if not dashboards:
         print("check_dashboards: no dashboards found", file=sys.stderr)
@@ -119,6 +179,7 @@ def main():
         values = sample_values(dashboard)
         if "datasource" not in values:
             problems.append(f"{name}: no datasource variable")
+        check_device_variable(dashboard, name, problems)
         ids = set()
         for panel in walk_panels(dashboard.get("panels", [])):
             where = f"{name} panel {panel.get('id')} ({panel.get('title')!r})"
@@ -133,6 +194,14 @@ def main():
             if not targets:
                 problems.append(f"{where}: no PromQL target")
             for target in targets:
+                uses = device_selectors(target["expr"], device_level)
+                for metric, selector in uses:
+                    if selector is None or DEVICE_FILTER not in selector:
+                        problems.append(f"{where} target {target.get('refId')}: {metric} is not "
+                                        f"filtered by {DEVICE_FILTER}")
+                if uses and DEVICE_LEGEND not in target.get("legendFormat", ""):
+                    problems.append(f"{where} target {target.get('refId')}: device-level series "
+                                    f"with a legend that does not name {DEVICE_LEGEND}")
                 expr = substitute(target["expr"], values, problems, where)
                 for metric in set(METRIC_RE.findall(expr)):
                     if not metric_known(metric, families, recorded):

@@ -21,6 +21,7 @@ Plan MergePlans(std::span<const Plan* const> plans) {
   Plan merged;
   if (plans.empty()) return merged;
   merged.tenant = plans.front()->tenant;
+  merged.device = plans.front()->device;
   for (const Plan* p : plans) {
     const int node_base = static_cast<int>(merged.nodes.size());
     const int inline_base = static_cast<int>(merged.inlines.size());
@@ -67,7 +68,7 @@ std::vector<ExecuteResult> SplitResult(ExecuteResult merged, std::span<const Pla
 class BatchJob final : public DeviceJob {
  public:
   BatchJob(Batcher& batcher, std::string key, Request* first)
-      : batcher_(batcher), key_(std::move(key)), engine_(*first->engine_) {
+      : batcher_(batcher), key_(std::move(key)), engine_(*first->engine_), device_(first->device_) {
     members_.push_back(first);
   }
 
@@ -89,7 +90,7 @@ class BatchJob final : public DeviceJob {
     }
     if (!live_.empty()) {
       merged_ = MergePlans(plans_);
-      launched_ = LaunchPlan(merged_, env, engine_.metrics(), options_, &launch_, &result_);
+      launched_ = LaunchPlan(merged_, env, engine_.device_metrics(device_), options_, &launch_, &result_);
     }
     for (Request* m : live_) {
       m->stage_ = Request::Stage::kLaunched;
@@ -104,7 +105,7 @@ class BatchJob final : public DeviceJob {
     absl::Status s = launched_;
     if (s.ok() && !live_.empty()) {
       for (Request* m : live_) m->Mark(RequestTrace::kWaitBegin);
-      s = CompletePlan(merged_, engine_.backend(), env, engine_.store(), engine_.metrics(),
+      s = CompletePlan(merged_, engine_.backend(device_), env, engine_.store(), engine_.device_metrics(device_),
                        options_, launch_, &result_);
     }
     std::vector<ExecuteResult> parts;
@@ -131,6 +132,7 @@ class BatchJob final : public DeviceJob {
   Batcher& batcher_;
   const std::string key_;
   Engine& engine_;
+  const int device_;
   std::vector<Request*> members_;  // in arrival order; fixed once the batch is closed
   // The run, from Launch to Complete.
   ExecuteOptions options_;

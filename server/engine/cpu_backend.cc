@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -89,10 +90,10 @@ class CpuUploader final : public Uploader {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(uint64_t budget) : budget_(budget) {}
+  CpuBackend(uint64_t budget, std::string device) : budget_(budget), device_(std::move(device)) {}
   std::string name() const override { return "cpu"; }
-  std::string device() const override { return "cpu"; }
-  std::string description() const override { return "cpu (reference backend)"; }
+  std::string device() const override { return device_; }
+  std::string description() const override { return device_ + " (reference backend)"; }
 
   absl::StatusOr<BufferPtr> Allocate(uint64_t bytes) override {
     RETURN_IF_ERROR(budget_.Reserve(bytes));
@@ -126,16 +127,19 @@ class CpuBackend final : public Backend {
 
  private:
   MemoryBudget budget_;
+  const std::string device_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> MakeCpuBackend(uint64_t budget_bytes) {
+std::unique_ptr<Backend> MakeCpuBackend(uint64_t budget_bytes, std::string device,
+                                        int devices_on_host) {
   if (budget_bytes == 0) {
     budget_bytes = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
-                   static_cast<uint64_t>(sysconf(_SC_PAGESIZE)) / 2;
+                   static_cast<uint64_t>(sysconf(_SC_PAGESIZE)) / 2 /
+                   static_cast<uint64_t>(std::max(devices_on_host, 1));
   }
-  return std::make_unique<CpuBackend>(budget_bytes);
+  return std::make_unique<CpuBackend>(budget_bytes, std::move(device));
 }
 
 }  // namespace opserve

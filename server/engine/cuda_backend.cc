@@ -370,6 +370,18 @@ absl::StatusOr<BufferPtr> CudaBackend::OpenSharedDeviceMemory(absl::string_view 
 
 MemoryStats CudaBackend::Memory() const { return {budget_.used(), budget_.budget(), total_}; }
 
+absl::StatusOr<int> CudaDeviceCount() {
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return absl::UnavailableError(absl::StrCat("cudaGetDeviceCount: ", cudaGetErrorName(err), " (",
+                                               static_cast<int>(err), "): ", cudaGetErrorString(err)));
+  }
+  if (count == 0) return absl::UnavailableError("no CUDA device");
+  return count;
+}
+
 absl::Status ProbeCuda(int device) {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);

@@ -13,6 +13,8 @@ namespace opserve {
 // Whether a usable GPU is present. On failure the status says why (no driver, no device, ...);
 // a machine with the toolkit but no driver answers cudaErrorInsufficientDriver (35).
 absl::Status ProbeCuda(int device);
+// The GPUs this process sees (CUDA_VISIBLE_DEVICES applies); UNAVAILABLE with why when none.
+absl::StatusOr<int> CudaDeviceCount();
 
 // `budget_bytes` 0 means 90% of the device's free memory at start. `max_compute_capability`
 // (e.g. 80; 0: none) caps the capability the backend reports, and so the rows of the op table it

@@ -31,7 +31,7 @@ bool HasEmptyInput(const PlanNode& n) {
 // queued (env.Finish) before its buffers go back, and names the node where there is one.
 class Launcher {
  public:
-  Launcher(const Plan& plan, ExecEnv& env, Metrics* metrics, const ExecuteOptions& options,
+  Launcher(const Plan& plan, ExecEnv& env, DeviceMetrics* metrics, const ExecuteOptions& options,
            LaunchState& launch, ExecuteResult& result)
       : plan_(plan), env_(env), metrics_(metrics), options_(options), launch_(launch),
         result_(result), num_nodes_(static_cast<int>(plan.nodes.size())),
@@ -262,8 +262,9 @@ class Launcher {
       s = n.algo->run(args);
 #if OPSERVE_TEST_HOOKS
       if (!options_.fail_algorithm.empty() &&
-          options_.fail_algorithm ==
-              absl::StrCat(std::string(n.op->name), "/", std::string(n.algo->name))) {
+          (options_.fail_algorithm == "*" ||
+           options_.fail_algorithm ==
+               absl::StrCat(std::string(n.op->name), "/", std::string(n.algo->name)))) {
         s = env_.InjectFault();
       }
 #endif
@@ -289,7 +290,7 @@ class Launcher {
 
   const Plan& plan_;
   ExecEnv& env_;
-  Metrics* const metrics_;
+  DeviceMetrics* const metrics_;
   const ExecuteOptions& options_;
   LaunchState& launch_;
   ExecuteResult& result_;
@@ -303,14 +304,14 @@ class Launcher {
 
 }  // namespace
 
-absl::Status LaunchPlan(const Plan& plan, ExecEnv& env, Metrics* metrics,
+absl::Status LaunchPlan(const Plan& plan, ExecEnv& env, DeviceMetrics* metrics,
                         const ExecuteOptions& options, LaunchState* launch,
                         ExecuteResult* result) {
   return Launcher(plan, env, metrics, options, *launch, *result).Run();
 }
 
 absl::Status CompletePlan(const Plan& plan, Backend& backend, ExecEnv& env, TensorStore& store,
-                          Metrics* metrics, const ExecuteOptions& options, LaunchState& launch,
+                          DeviceMetrics* metrics, const ExecuteOptions& options, LaunchState& launch,
                           ExecuteResult* result) {
   const int num_nodes = static_cast<int>(plan.nodes.size());
   std::vector<BufferPtr>& outputs = launch.outputs;
@@ -372,11 +373,13 @@ absl::Status CompletePlan(const Plan& plan, Backend& backend, ExecEnv& env, Tens
     // dropped, need not wait behind this lane's later work to go back to the pool.
     if (!n.store_as.empty()) outputs[i]->SetIdle();
     for (const PlanNode::Store& st : n.store_as) {
-      to_store.push_back(std::make_shared<StoredTensor>(StoredTensor{st.name, n.output, outputs[i]}));
+      to_store.push_back(std::make_shared<StoredTensor>(StoredTensor{st.name, n.output, outputs[i], plan.device}));
       overwrite.push_back(st.overwrite);
     }
   }
-  if (!to_store.empty()) {
+  if (!to_store.empty() && !plan.commit) {
+    result->stored = std::move(to_store);
+  } else if (!to_store.empty()) {
     // The liveness check runs under the store's lock: a request that died after its last node
     // (its deadline passed while the device finished, or the client cancelled) stores nothing.
     RETURN_IF_ERROR(store.InsertAll(to_store, overwrite, plan.tenant, options.check_alive));
@@ -388,7 +391,7 @@ absl::Status CompletePlan(const Plan& plan, Backend& backend, ExecEnv& env, Tens
 }
 
 absl::Status ExecutePlan(const Plan& plan, Backend& backend, ExecEnv& env, TensorStore& store,
-                         Metrics* metrics, const ExecuteOptions& options, ExecuteResult* result) {
+                         DeviceMetrics* metrics, const ExecuteOptions& options, ExecuteResult* result) {
   LaunchState launch;
   RETURN_IF_ERROR(LaunchPlan(plan, env, metrics, options, &launch, result));
   return CompletePlan(plan, backend, env, store, metrics, options, launch, result);

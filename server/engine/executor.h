@@ -21,7 +21,8 @@ struct ExecuteOptions {
   // cancelled) abandons the request.
   std::function<absl::Status()> check_alive;
 #if OPSERVE_TEST_HOOKS
-  // Test builds only: "op/algorithm" that fails as a faulty kernel would (--test_fail_algorithm).
+  // Test builds only: "op/algorithm" that fails as a faulty kernel would (--test_fail_algorithm);
+  // "*": every node (--test_fail_device).
   std::string fail_algorithm;
 #endif
 };
@@ -37,17 +38,17 @@ struct LaunchState {
 
 // Queues the plan's device work on `env`. On failure the device is drained, nothing is stored,
 // the status names the node, and CompletePlan must not be called.
-absl::Status LaunchPlan(const Plan& plan, ExecEnv& env, Metrics* metrics,
+absl::Status LaunchPlan(const Plan& plan, ExecEnv& env, DeviceMetrics* metrics,
                         const ExecuteOptions& options, LaunchState* launch,
                         ExecuteResult* result);
 // Waits for the work LaunchPlan queued and fills `result`. On failure nothing is stored.
 absl::Status CompletePlan(const Plan& plan, Backend& backend, ExecEnv& env, TensorStore& store,
-                          Metrics* metrics, const ExecuteOptions& options, LaunchState& launch,
+                          DeviceMetrics* metrics, const ExecuteOptions& options, LaunchState& launch,
                           ExecuteResult* result);
 
 // Both halves on one thread. Fills `result`. On failure nothing is stored and the status names
 // the node.
 absl::Status ExecutePlan(const Plan& plan, Backend& backend, ExecEnv& env, TensorStore& store,
-                         Metrics* metrics, const ExecuteOptions& options, ExecuteResult* result);
+                         DeviceMetrics* metrics, const ExecuteOptions& options, ExecuteResult* result);
 
 }  // namespace opserve

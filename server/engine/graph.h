@@ -59,6 +59,8 @@ struct GraphOutput {
   uint64_t host_dest_bytes = 0;
   // Or device memory the node writes its output into in place (a client's CUDA shared memory).
   BufferPtr device_dest;
+  // The device store_as keeps it on, as the client names it ("cuda:1"); "": where it ran.
+  absl::string_view device;
 };
 
 struct Graph {
@@ -68,6 +70,12 @@ struct Graph {
   // Check the structure, dtypes and shapes only, not the inline bytes: a saved graph, whose
   // inline tensors are the inputs of later requests.
   bool shapes_only = false;
+  // Stored inputs bound by the engine: a stored input named as one of these reads it instead of
+  // the store's tensor of that name (a shard of a sharded tensor, in a request per shard).
+  std::vector<StoredTensorPtr> bound;
+  // The engine's index of the device the graph must run on (it reads or writes a client's CUDA
+  // shared memory there); -1: placement chooses.
+  int device = -1;
 };
 
 // What ran, per node, in the order the nodes ran.
@@ -98,6 +106,10 @@ struct ExecuteResult {
   std::string device;  // where it ran: "cpu", "cuda:0"
   GraphReplay replay = GraphReplay::kNotUsed;
   int batch_size = 1;  // requests that ran as one plan with this one (server/engine/batch.h)
+  // Bytes copied between devices for this request (stored inputs living elsewhere, a sharded
+  // matmul's broadcast), and the time they took.
+  uint64_t peer_copy_bytes = 0;
+  double peer_copy_us = 0;
 };
 
 }  // namespace opserve

@@ -269,12 +269,20 @@ class Planner {
     return absl::OkStatus();
   }
 
+  // A stored input: one the engine bound to the request, else the store's.
+  absl::StatusOr<StoredTensorPtr> Lookup(absl::string_view name) const {
+    for (const StoredTensorPtr& t : graph_.bound) {
+      if (t->name == name) return t;
+    }
+    return store_.Get(std::string(name), tenant_);
+  }
+
   // Input `j` of the node at position `p` (`n`), whose meta it appends to n.input_meta.
   absl::StatusOr<PlanInput> PlanInputOf(const GraphInput& in, int j, int p, PlanNode& n) {
     PlanInput pi;
     switch (in.source) {
       case GraphInput::Source::kStored: {
-        auto t = store_.Get(std::string(in.name), tenant_);
+        auto t = Lookup(in.name);
         if (!t.ok()) {
           return absl::Status(t.status().code(),
                               absl::StrCat("input ", j, ": ", t.status().message()));
@@ -357,7 +365,7 @@ class Planner {
               absl::StrCat("two outputs store under the name ", Quote(name)));
         }
         RETURN_IF_ERROR(store_.CheckFree(name, o.overwrite, tenant_));
-        n.store_as.push_back({name, o.overwrite});
+        n.store_as.push_back({name, o.overwrite, std::string(o.device)});
       }
     }
     if (returned_bytes + ResponseOverheadBytes(num_nodes_, returned_ids.size()) >

@@ -60,6 +60,7 @@ struct PlanNode {
   struct Store {
     std::string name;
     bool overwrite;
+    std::string device;  // where to keep it, as the client named it; "": where the node ran
   };
   std::vector<Store> store_as;
 };
@@ -72,6 +73,11 @@ struct Plan {
   // dtypes and shapes, and where its inputs come from. Plans with equal signatures queue the
   // same kernels on different tensors: the key of the CUDA-graph cache.
   std::string signature;
+  // Whether CompletePlan commits the stored outputs itself. When not, it leaves them in
+  // ExecuteResult::stored for the engine to place and commit (outputs kept on another device,
+  // the parts of a sharded run).
+  bool commit = true;
+  int device = 0;  // the engine's index of the device it runs on
 };
 
 absl::StatusOr<Plan> BuildPlan(const Graph& graph, const Backend& backend,

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "server/engine/engine.h"
 
 namespace opserve {
@@ -25,14 +27,17 @@ Request::Request(absl::string_view rpc, Clock::time_point received, RequestTrace
 absl::Status Request::BeginLaunch() {
   Mark(RequestTrace::kLaunchBegin);
   queue_us_ = MicrosSince(received_);
-  if (engine_->metrics() != nullptr) {
-    engine_->metrics()->RecordQueue(std::string_view(rpc_.data(), rpc_.size()), queue_us_ * 1e-6);
+  if (DeviceMetrics* m = engine_->device_metrics(device_); m != nullptr) {
+    m->RecordQueue(std::string_view(rpc_.data(), rpc_.size()), queue_us_ * 1e-6);
   }
   return client_.CheckAlive();
 }
 
 bool Request::Launch(ExecEnv& env) {
   status_ = BeginLaunch();
+#if OPSERVE_TEST_HOOKS
+  injected_fault_ = engine_->TakeInjectedFault(device_);
+#endif
 #if OPSERVE_TEST_HOOKS
   if (status_.ok() && unrun_) {
     if (!unrun_on_launch_) return true;  // Complete and Reply answer it, unrun
@@ -42,7 +47,9 @@ bool Request::Launch(ExecEnv& env) {
     return false;
   }
 #endif
-  if (status_.ok()) status_ = LaunchPlan(plan_, env, engine_->metrics(), Options(), &launch_, &result_);
+  if (status_.ok()) {
+    status_ = LaunchPlan(plan_, env, engine_->device_metrics(device_), Options(), &launch_, &result_);
+  }
   stage_ = Stage::kLaunched;
   Mark(RequestTrace::kLaunchEnd);
   return true;
@@ -55,17 +62,26 @@ void Request::Complete(ExecEnv& env) {
 #endif
   if (ran) {
     Mark(RequestTrace::kWaitBegin);
-    status_ = CompletePlan(plan_, engine_->backend(), env, engine_->store(), engine_->metrics(),
-                           Options(), launch_, &result_);
+    status_ = CompletePlan(plan_, engine_->backend(device_), env, engine_->store(),
+                           engine_->device_metrics(device_), Options(), launch_, &result_);
+    if (status_.ok() && !plan_.commit && pinned_device_ < 0) status_ = CommitElsewhere();
   }
   Finish(status_);
 }
 
 void Request::Finish(const absl::Status& status) {
   status_ = status;
+  result_.peer_copy_bytes += peer_bytes_;
+  result_.peer_copy_us += peer_us_;
   stage_ = Stage::kCompleted;
   Mark(RequestTrace::kCompleted);
-  if (!engine_->backend().Healthy().ok()) engine_->ReportUnhealthy();
+  if (absl::Status h = engine_->backend(device_).Healthy(); !h.ok()) {
+    engine_->MarkFailed(device_, h);
+  }
+#if OPSERVE_TEST_HOOKS
+  // The CPU backend has no sticky errors: the injected fault takes its device out here.
+  if (injected_fault_) engine_->MarkFailed(device_, absl::UnavailableError("an injected device fault"));
+#endif
   // The plan goes now, with the stored inputs and intermediates it holds, so that the gauges
   // Reply reads no longer count them.
   launch_ = LaunchState();
@@ -76,6 +92,7 @@ void Request::Reply() {
   stage_ = Stage::kReplied;
   Mark(RequestTrace::kReplyBegin);
   engine_->UpdateStoreGauges();
+  engine_->AddLoad(device_, -1);
   client_.Done(std::unique_ptr<Request>(this));
 }
 
@@ -85,10 +102,39 @@ void Request::Fail(std::unique_ptr<Request> request, const absl::Status& status)
   client.Done(std::move(request));
 }
 
+absl::Status Request::CommitElsewhere() {
+  std::vector<StoredTensorPtr> placed;
+  std::vector<bool> overwrite;
+  size_t k = 0;
+  for (const PlanNode& n : plan_.nodes) {
+    for (const PlanNode::Store& st : n.store_as) {
+      if (k >= result_.stored.size()) return absl::InternalError("stored outputs out of step");
+      StoredTensorPtr t = result_.stored[k++];
+      if (!st.device.empty()) {
+        ASSIGN_OR_RETURN(int dst, engine_->FindDevice(st.device, absl::StrCat("store_as ", Quote(st.name))));
+        if (dst != t->device) {
+          const Clock::time_point t0 = Clock::now();
+          uint64_t bytes = 0;
+          ASSIGN_OR_RETURN(t, engine_->CopyTo(*t, dst, &bytes));
+          result_.peer_copy_bytes += bytes;
+          result_.peer_copy_us += MicrosSince(t0);
+          engine_->RecordPeerCopy(dst, bytes, MicrosSince(t0) * 1e-6);
+        }
+      }
+      placed.push_back(std::move(t));
+      overwrite.push_back(st.overwrite);
+    }
+  }
+  RETURN_IF_ERROR(engine_->store().InsertAll(placed, overwrite, plan_.tenant,
+                                            [this] { return client_.CheckAlive(); }));
+  result_.stored = std::move(placed);
+  return absl::OkStatus();
+}
+
 ExecuteOptions Request::Options() const {
   ExecuteOptions options{.check_alive = [client = &client_] { return client->CheckAlive(); }};
 #if OPSERVE_TEST_HOOKS
-  options.fail_algorithm = engine_->options().fail_algorithm;
+  options.fail_algorithm = injected_fault_ ? "*" : engine_->options().fail_algorithm;
 #endif
   return options;
 }

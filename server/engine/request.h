@@ -73,14 +73,17 @@ class Request final : public DeviceJob {
   void Reply() override;
 
  private:
-  friend class Engine;   // plans, queues and fails it
+  friend class Engine;   // places, plans, queues and fails it
   friend class BatchJob;  // runs it with others as one plan
+  friend class ShardedRun;  // runs it as one part of a request over a sharded tensor
 
   // A lane took it: its queue time recorded; whether its caller still wants it.
   absl::Status BeginLaunch();
   // Its run is over with `status` (and its result on success): the plan and what it held go,
   // so that nothing the graph viewed is read any more.
   void Finish(const absl::Status& status);
+  // Places the outputs kept on another device than the run's, and commits them (Plan::commit).
+  absl::Status CommitElsewhere();
   // Hands it back to the edge without a run: `status` failed it before the queue.
   static void Fail(std::unique_ptr<Request> request, const absl::Status& status);
   ExecuteOptions Options() const;
@@ -93,6 +96,8 @@ class Request final : public DeviceJob {
   RequestTrace::Record* const trace_;
   RequestClient& client_;
   Engine* engine_ = nullptr;  // set when submitted
+  int device_ = -1;           // the engine's index of the device it runs on, once placed
+  int pinned_device_ = -1;    // set by a sharded run: the shard's device
   Stage stage_ = Stage::kReceived;
   const std::string tenant_;
   Graph graph_;  // until planned
@@ -101,10 +106,14 @@ class Request final : public DeviceJob {
   ExecuteResult result_;
   absl::Status status_;
   double queue_us_ = 0;
+  // Stored inputs copied here from other devices before the run (Engine::GatherInputs).
+  uint64_t peer_bytes_ = 0;
+  double peer_us_ = 0;
 #if OPSERVE_TEST_HOOKS
   // Answered without running (the test hook EngineOptions::reply_without_device).
   bool unrun_ = false;
   bool unrun_on_launch_ = false;  // ... from the launch thread, its slot freed after the reply
+  bool injected_fault_ = false;   // the run --test_fail_device makes fail
 #endif
 };
 

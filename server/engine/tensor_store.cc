@@ -34,6 +34,26 @@ absl::StatusOr<StoredTensorPtr> TensorStore::Get(const std::string& name,
   return it->second;
 }
 
+std::vector<StoredTensorPtr> TensorStore::ListAll() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<StoredTensorPtr> out;
+  out.reserve(tensors_.size());
+  for (const auto& [key, t] : tensors_) out.push_back(t);
+  return out;
+}
+
+absl::Status TensorStore::Replace(const StoredTensorPtr& expected, StoredTensorPtr replacement,
+                                  const std::string& tenant) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = tensors_.find({tenant, expected->name});
+  if (it == tensors_.end() || it->second != expected) {
+    return absl::AbortedError(absl::StrCat("tensor ", Quote(expected->name),
+                                           " was deleted or overwritten while it moved; try again"));
+  }
+  it->second = std::move(replacement);
+  return absl::OkStatus();
+}
+
 absl::Status TensorStore::CheckFreeLocked(const Key& key, bool overwrite) const {
   if (!overwrite && tensors_.count(key) > 0) {
     return absl::AlreadyExistsError(

@@ -18,10 +18,29 @@
 
 namespace opserve {
 
+// Rows [row_begin, row_begin + rows) of a sharded tensor, on one device.
+struct TensorShard {
+  int device = 0;  // index into the engine's devices
+  int64_t row_begin = 0;
+  int64_t rows = 0;
+  BufferPtr buffer;
+};
+
 struct StoredTensor {
   std::string name;
   TensorMeta meta;
-  BufferPtr buffer;
+  BufferPtr buffer;  // null when sharded
+  int device = 0;    // index into the engine's devices; unused when sharded
+  // Non-empty: the tensor (rank 2) lives split by rows over these devices, in row order, each
+  // shard charged to its own device's budget.
+  std::vector<TensorShard> shards;
+  bool sharded() const { return !shards.empty(); }
+  // The shard's rows as a tensor of their own.
+  TensorMeta ShardMeta(const TensorShard& s) const {
+    TensorMeta m = meta;
+    m.shape[0] = s.rows;
+    return m;
+  }
 };
 using StoredTensorPtr = std::shared_ptr<const StoredTensor>;
 
@@ -39,8 +58,13 @@ class TensorStore {
   absl::Status InsertAll(std::vector<StoredTensorPtr> tensors, std::vector<bool> overwrite,
                          const std::string& tenant = "",
                          const std::function<absl::Status()>& still_wanted = nullptr);
+  // Swaps `expected` (what Get returned) for `replacement` under the same name: ABORTED when the
+  // name was deleted or overwritten meanwhile, so a move never undoes a concurrent write.
+  absl::Status Replace(const StoredTensorPtr& expected, StoredTensorPtr replacement,
+                       const std::string& tenant = "");
   absl::StatusOr<StoredTensorPtr> Erase(const std::string& name, const std::string& tenant = "");
   std::vector<StoredTensorPtr> List(const std::string& tenant = "") const;
+  std::vector<StoredTensorPtr> ListAll() const;  // every tenant's
   size_t size() const;  // across namespaces
 
  private:

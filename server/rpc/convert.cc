@@ -1,6 +1,8 @@
 #include "server/rpc/convert.h"
 
+#include <algorithm>
 #include <optional>
+#include <span>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -61,6 +63,7 @@ Graph GraphFromProto(const v1::ExecuteRequest& request) {
   }
   for (const v1::OutputSpec& o : request.outputs()) {
     g.outputs.push_back({o.node(), o.return_inline(), o.store_as(), o.overwrite()});
+    g.outputs.back().device = o.device();
   }
   return g;
 }
@@ -87,13 +90,15 @@ absl::StatusOr<Graph> GraphFromExecute(const ParsedRequest<v1::ExecuteRequest>& 
       t.data = absl::string_view(r->host, shm.byte_size());
     } else {
       t.device = r->device;  // the plan checks the size against the shape either way
+      g.device = r->device_index;
     }
     holds->push_back(*std::move(r));
   }
   return g;
 }
 
-void ResultToProto(ExecuteResult result, v1::ExecuteResponse* response) {
+void ResultToProto(ExecuteResult result, v1::ExecuteResponse* response,
+                   std::span<const std::string> devices) {
   for (const NodeReport& n : result.nodes) {
     const double s = n.kernel_seconds;
     v1::NodeResult* r = response->add_nodes();
@@ -115,12 +120,19 @@ void ResultToProto(ExecuteResult result, v1::ExecuteResponse* response) {
     nt->mutable_tensor()->set_data(std::move(out.data));
   }
   for (const StoredTensorPtr& t : result.stored) {
-    TensorInfoToProto(*t, result.device, response->add_stored());
+    if (devices.empty()) {
+      const std::string here[] = {result.device};
+      TensorInfoToProto(*t, here, response->add_stored());
+    } else {
+      TensorInfoToProto(*t, devices, response->add_stored());
+    }
   }
   v1::RequestTiming* timing = response->mutable_timing();
   timing->set_input_us(result.input_us);
   timing->set_compute_us(result.compute_us);
   timing->set_output_us(result.output_us);
+  timing->set_peer_copy_us(result.peer_copy_us);
+  response->set_peer_copy_bytes(result.peer_copy_bytes);
   response->set_device(std::move(result.device));
   response->set_batch_size(static_cast<uint32_t>(result.batch_size));
   switch (result.replay) {
@@ -131,19 +143,63 @@ void ResultToProto(ExecuteResult result, v1::ExecuteResponse* response) {
   }
 }
 
-void TensorInfoToProto(const StoredTensor& tensor, const std::string& device,
+void TensorInfoToProto(const StoredTensor& tensor, std::span<const std::string> devices,
                        v1::TensorInfo* info) {
+  auto name = [&](int d) {
+    return d >= 0 && d < static_cast<int>(devices.size()) ? devices[d] : std::string("?");
+  };
   info->set_name(tensor.name);
   ShapeToProto(tensor.meta, info);
   info->set_bytes(tensor.meta.Bytes());
-  info->set_device(device);
+  if (!tensor.sharded()) {
+    info->set_device(name(devices.size() == 1 ? 0 : tensor.device));
+    return;
+  }
+  std::string all;
+  const uint64_t row_bytes = tensor.meta.shape[0] > 0 ? tensor.meta.Bytes() / tensor.meta.shape[0] : 0;
+  for (const TensorShard& s : tensor.shards) {
+    absl::StrAppend(&all, all.empty() ? "" : ",", name(s.device));
+    v1::TensorShard* ps = info->add_shards();
+    ps->set_device(name(s.device));
+    ps->set_row_begin(s.row_begin);
+    ps->set_rows(s.rows);
+    ps->set_bytes(row_bytes * static_cast<uint64_t>(s.rows));
+  }
+  info->set_device(all);
 }
 
-void OpsToProto(const Backend& backend, v1::ListOpsResponse* response) {
+void OpsToProto(const Engine& engine, v1::ListOpsResponse* response) {
+  const Backend& backend = engine.backend(0);
   response->set_backend(backend.name());
   response->set_device(backend.description());
+  for (int i = 0; i < engine.num_devices(); ++i) {
+    const Backend& b = engine.backend(i);
+    const MemoryStats m = b.Memory();
+    const absl::Status serving = engine.Serving(i);
+    v1::DeviceInfo* d = response->add_devices();
+    d->set_name(engine.device_name(i));
+    d->set_description(b.description());
+    d->set_capability(b.name() == "cuda" ? absl::StrCat("sm_", b.compute_capability()) : b.name());
+    d->set_memory_total(m.total);
+    d->set_memory_budget(m.budget);
+    d->set_memory_used(m.used);
+    d->set_serving(serving.ok());
+    d->set_error(std::string(serving.message()));
+    for (const OpSpec& op : Ops()) {
+      for (const AlgoSpec* a : AlgorithmsFor(op.name, b)) {
+        d->add_algorithms(absl::StrCat(op.name, "/", a->name));
+      }
+    }
+  }
   for (const OpSpec& op : Ops()) {
-    const auto algos = AlgorithmsFor(op.name, backend);
+    // The union over the devices, in the table's order: a mixed node offers what any device runs.
+    std::vector<const AlgoSpec*> algos;
+    for (const AlgoSpec* a : AlgorithmsFor(op.name, backend)) algos.push_back(a);
+    for (int i = 1; i < engine.num_devices(); ++i) {
+      for (const AlgoSpec* a : AlgorithmsFor(op.name, engine.backend(i))) {
+        if (std::find(algos.begin(), algos.end(), a) == algos.end()) algos.push_back(a);
+      }
+    }
     if (algos.empty()) continue;
     v1::OpInfo* info = response->add_ops();
     info->set_name(std::string(op.name));

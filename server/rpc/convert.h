@@ -3,12 +3,14 @@
 // produce the same Graph. Nothing below server/rpc/ sees a .pb.h.
 #pragma once
 
+#include <span>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "opserve/v1/opserve.pb.h"
 #include "server/engine/backend.h"
+#include "server/engine/engine.h"
 #include "server/engine/graph.h"
 #include "server/engine/tensor_store.h"
 #include "server/rpc/request_parsing.h"
@@ -28,13 +30,17 @@ absl::StatusOr<Graph> GraphFromExecute(const ParsedRequest<v1::ExecuteRequest>& 
 
 // Nodes, returned outputs (their bytes moved), stored tensors and the engine's timings. The
 // caller sets queue_us and total_us, which the engine does not see.
-void ResultToProto(ExecuteResult result, v1::ExecuteResponse* response);
+// `devices`: the engine's device names, by index (Engine::device_names), which name where the
+// stored outputs live.
+void ResultToProto(ExecuteResult result, v1::ExecuteResponse* response,
+                   std::span<const std::string> devices = {});
 
-// A stored tensor as Delete, List, Put and Execute report it.
-void TensorInfoToProto(const StoredTensor& tensor, const std::string& device,
+// A stored tensor as Delete, List, Put, Move and Execute report it; `devices` as above.
+void TensorInfoToProto(const StoredTensor& tensor, std::span<const std::string> devices,
                        v1::TensorInfo* info);
 
-// Every op `backend` runs, with its algorithms and dtypes.
-void OpsToProto(const Backend& backend, v1::ListOpsResponse* response);
+// Every op any of the engine's devices runs, with its algorithms and dtypes, and each device
+// with what it runs, its memory and whether it serves.
+void OpsToProto(const Engine& engine, v1::ListOpsResponse* response);
 
 }  // namespace opserve::convert

@@ -31,7 +31,7 @@ class ExecuteCall final : public GraphCall {
   void Done(std::unique_ptr<Request> request) override {
     const absl::Status s = request->status();
     if (s.ok()) {
-      convert::ResultToProto(std::move(request->result()), resp_);
+      convert::ResultToProto(std::move(request->result()), resp_, core_.engine().device_names());
       resp_->mutable_timing()->set_queue_us(request->queue_us());
     }
     request.reset();

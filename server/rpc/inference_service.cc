@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/dtype.h"
 #include "common/status_macros.h"
 #include "server/rpc/grpc_status.h"
@@ -133,6 +134,19 @@ grpc::ServerUnaryReactor* InferenceService::ServerMetadata(grpc::CallbackServerC
     if (core_.backend().name() == "cuda") resp->add_extensions("cuda_shared_memory");
     resp->add_extensions("opserve_saved_graphs");
     resp->add_extensions("opserve_stored_tensors");
+    const Engine& engine = core_.engine();
+    for (int i = 0; i < engine.num_devices(); ++i) {
+      const MemoryStats m = engine.backend(i).Memory();
+      const absl::Status serving = engine.Serving(i);
+      inference::ServerDevice* d = resp->add_devices();
+      d->set_name(engine.device_name(i));
+      d->set_description(engine.backend(i).description());
+      d->set_serving(serving.ok());
+      d->set_error(std::string(serving.message()));
+      d->set_memory_total(m.total);
+      d->set_memory_budget(m.budget);
+      d->set_memory_used(m.used);
+    }
     return absl::OkStatus();
   });
 }
@@ -270,8 +284,18 @@ grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryRegister(
     auto region = std::make_shared<CudaRegion>();
     region->device_id = req->device_id();
     region->byte_size = req->byte_size();
-    auto buffer =
-        core_.backend().OpenSharedDeviceMemory(req->raw_handle(), req->device_id(), req->byte_size());
+    // The GPU the handle was made on, among those served (its name is its ordinal here).
+    const std::string what = absl::StrCat("CUDA shared memory region ", Quote(req->name()));
+    absl::StatusOr<int> device =
+        core_.engine().FindDevice(absl::StrCat("cuda:", req->device_id()), what);
+    if (device.status().code() == absl::StatusCode::kInvalidArgument) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": device ", req->device_id(), " is not a GPU this server serves (",
+          absl::StrJoin(core_.engine().device_names(), ", "), ")"));
+    }
+    ASSIGN_OR_RETURN(region->engine_device, device);
+    auto buffer = core_.engine().backend(region->engine_device)
+                      .OpenSharedDeviceMemory(req->raw_handle(), req->device_id(), req->byte_size());
     if (!buffer.ok()) {
       return absl::Status(buffer.status().code(),
                           absl::StrCat("CUDA shared memory region ", Quote(req->name()), ": ",

@@ -126,7 +126,10 @@ absl::StatusOr<Graph> GraphBuilder::Build() {
     }
     // The template's stored outputs stay; its returned ones are the model's outputs.
     for (const v1::OutputSpec& o : binding_.saved->request.outputs()) {
-      if (!o.store_as().empty()) g.outputs.push_back({o.node(), false, o.store_as(), o.overwrite()});
+      if (!o.store_as().empty()) {
+        g.outputs.push_back({o.node(), false, o.store_as(), o.overwrite()});
+        g.outputs.back().device = o.device();
+      }
       if (o.return_inline()) model_outputs.emplace_back(o.node(), o.node());
     }
   }
@@ -254,6 +257,7 @@ absl::Status GraphBuilder::AddInput(int i, const ModelInput& model_input, int* r
       t.data = absl::string_view(r.host, bytes);
     } else {
       t.device = r.device;
+      graph->device = r.device_index;
     }
     binding_.holds.push_back(std::move(r));
   } else if (has_contents) {
@@ -336,6 +340,7 @@ absl::Status GraphBuilder::AddOutputs(
         go.host_dest_bytes = out.byte_size;
       } else {
         go.device_dest = r.device;
+        graph->device = r.device_index;
       }
       binding_.holds.push_back(std::move(r));
     } else if (!out.store_as.empty()) {

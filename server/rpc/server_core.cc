@@ -24,6 +24,7 @@ EngineOptions EngineOptionsOf(const ServiceOptions& options) {
 #if OPSERVE_TEST_HOOKS
   e.fail_algorithm = options.fail_algorithm;
   e.reply_without_device = options.reply_without_device;
+  e.fail_device = options.fail_device;
 #endif
   return e;
 }
@@ -57,11 +58,12 @@ absl::Status CheckCallAlive(grpc::CallbackServerContext* ctx) {
   return absl::OkStatus();
 }
 
-ServerCore::ServerCore(Device& device, TensorStore& store, Metrics* metrics,
-                       ServiceOptions options)
+ServerCore::ServerCore(std::span<Device* const> devices, TensorStore& store, Metrics* metrics,
+                       Collectives* collectives, ServiceOptions options)
     : options_(std::move(options)),
-      engine_(device, store, metrics, EngineOptionsOf(options_)),
-      receive_pool_(ReceivePool::Create(&device.backend(), ReceiveCacheBytes(options_.limits))) {
+      engine_(devices, store, metrics, collectives, EngineOptionsOf(options_)),
+      // Registered host memory is portable: one device's registration serves them all.
+      receive_pool_(ReceivePool::Create(&devices[0]->backend(), ReceiveCacheBytes(options_.limits))) {
   if (metrics != nullptr) {
     receive_pool_->SetObserver([metrics](uint64_t in_use, uint64_t idle) {
       metrics->SetReceiveBuffers(in_use, idle);
@@ -89,10 +91,7 @@ absl::StatusOr<std::string> ServerCore::Authenticate(grpc::CallbackServerContext
 absl::StatusOr<std::string> ServerCore::Admit(grpc::CallbackServerContext* ctx) {
   absl::StatusOr<std::string> tenant = Authenticate(ctx);
   if (!tenant.ok()) return tenant;
-  if (absl::Status healthy = backend().Healthy(); !healthy.ok()) {
-    ReportUnhealthy();  // a transfer may have seen the failure first
-    return healthy;
-  }
+  if (absl::Status serving = engine_.AnyServing(); !serving.ok()) return serving;
   if (absl::Status alive = CheckCallAlive(ctx); !alive.ok()) return alive;
   return tenant;
 }

@@ -37,6 +37,8 @@ struct ServiceOptions {
   // Test builds: answer Execute and ModelInfer without running the graph (EngineOptions says
   // how): "handler", "launch" or "lane".
   std::string reply_without_device;
+  // Test builds: "NAME[@K]", the device whose K-th request injects a sticky fault.
+  std::string fail_device;
 #endif
   // Where graph calls record their timelines (--trace_requests); nullptr: nowhere.
   RequestTrace* trace = nullptr;
@@ -56,7 +58,9 @@ absl::Status CheckCallAlive(grpc::CallbackServerContext* ctx);
 
 class ServerCore {
  public:
-  ServerCore(Device& device, TensorStore& store, Metrics* metrics, ServiceOptions options);
+  // `devices` and `collectives` as Engine takes them.
+  ServerCore(std::span<Device* const> devices, TensorStore& store, Metrics* metrics,
+             Collectives* collectives, ServiceOptions options);
 
   Engine& engine() { return engine_; }
   Device& device() { return engine_.device(); }
@@ -72,10 +76,9 @@ class ServerCore {
   // Where Execute and ModelInfer receive their large tensor bytes (receive_pool.h).
   const std::shared_ptr<ReceivePool>& receive_pool() { return receive_pool_; }
 
-  // Called when a request saw the backend fail for good (a sticky device error).
+  // Called when every device failed for good (a sticky device error).
   // Set once, before the server starts; may be called again and again.
   void set_on_unhealthy(std::function<void()> f) { engine_.set_on_unhealthy(std::move(f)); }
-  void ReportUnhealthy() { engine_.ReportUnhealthy(); }
   void UpdateStoreGauges() { engine_.UpdateStoreGauges(); }
   void RecordRpc(absl::string_view rpc, const absl::Status& s,
                  std::chrono::steady_clock::time_point start);
@@ -88,9 +91,9 @@ class ServerCore {
   // The caller's tenant from its bearer token; UNAUTHENTICATED when tokens are
   // configured and the call has none or a wrong one.
   absl::StatusOr<std::string> Authenticate(grpc::CallbackServerContext* ctx) const;
-  // The caller's tenant, once a call that runs a graph may start: authenticated, the device
-  // healthy (UNAVAILABLE otherwise, reported), and the call not already dead (its deadline
-  // passed in transit).
+  // The caller's tenant, once a call that runs a graph may start: authenticated, a device
+  // serving (UNAVAILABLE otherwise), and the call not already dead (its deadline passed in
+  // transit).
   absl::StatusOr<std::string> Admit(grpc::CallbackServerContext* ctx);
   // The answer to a request of `rpc` that did not parse (`parse`), counted like any other: a
   // caller without a valid token learns nothing more than UNAUTHENTICATED.

@@ -1,6 +1,7 @@
 #include "server/rpc/service.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "server/rpc/convert.h"
 #include "server/rpc/grpc_status.h"
 
@@ -21,7 +22,7 @@ grpc::ServerUnaryReactor* OpServeService::DeleteTensor(grpc::CallbackServerConte
     auto tenant = core_.Authenticate(ctx);
     auto erased = tenant.ok() ? core_.store().Erase(req->name(), *tenant) : tenant.status();
     s = erased.status();
-    if (erased.ok()) convert::TensorInfoToProto(**erased, core_.backend().device(), resp->mutable_info());
+    if (erased.ok()) convert::TensorInfoToProto(**erased, core_.engine().device_names(), resp->mutable_info());
   }
   core_.UpdateStoreGauges();
   core_.RecordRpc("DeleteTensor", s, start);
@@ -36,12 +37,42 @@ grpc::ServerUnaryReactor* OpServeService::ListTensors(grpc::CallbackServerContex
   auto tenant = core_.Authenticate(ctx);
   if (tenant.ok()) {
     for (const StoredTensorPtr& t : core_.store().List(*tenant)) {
-      convert::TensorInfoToProto(*t, core_.backend().device(), resp->add_tensors());
+      convert::TensorInfoToProto(*t, core_.engine().device_names(), resp->add_tensors());
     }
   }
   core_.RecordRpc("ListTensors", tenant.status(), start);
   auto* reactor = ctx->DefaultReactor();
   reactor->Finish(ToGrpcStatus(tenant.status()));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* OpServeService::MoveTensor(grpc::CallbackServerContext* ctx,
+                                                     const v1::MoveTensorRequest* req,
+                                                     v1::MoveTensorResponse* resp) {
+  const auto start = Clock::now();
+  auto* reactor = ctx->DefaultReactor();
+  // The copy may take a while and frees memory after: off the gRPC thread.
+  core_.transfers().Post([this, ctx, req, resp, reactor, start] {
+    absl::Status s = [&]() -> absl::Status {
+      ASSIGN_OR_RETURN(std::string tenant, core_.Authenticate(ctx));
+      ASSIGN_OR_RETURN(StoredTensorPtr t, core_.store().Get(req->name(), tenant));
+      Engine& engine = core_.engine();
+      ASSIGN_OR_RETURN(int dst, engine.FindDevice(req->device(),
+                                                  absl::StrCat("moving tensor ", Quote(req->name()))));
+      uint64_t bytes = 0;
+      ASSIGN_OR_RETURN(StoredTensorPtr moved, engine.CopyTo(*t, dst, &bytes));
+      if (moved->buffer != t->buffer || t->sharded()) {
+        RETURN_IF_ERROR(core_.store().Replace(t, moved, tenant));
+      }
+      convert::TensorInfoToProto(*moved, engine.device_names(), resp->mutable_info());
+      resp->set_bytes(bytes);
+      resp->set_seconds(std::chrono::duration<double>(Clock::now() - start).count());
+      return absl::OkStatus();
+    }();
+    core_.UpdateStoreGauges();
+    core_.RecordRpc("MoveTensor", s, start);
+    reactor->Finish(ToGrpcStatus(s));
+  });
   return reactor;
 }
 
@@ -55,7 +86,7 @@ grpc::ServerUnaryReactor* OpServeService::ListOps(grpc::CallbackServerContext* c
     reactor->Finish(ToGrpcStatus(tenant.status()));
     return reactor;
   }
-  convert::OpsToProto(core_.backend(), resp);
+  convert::OpsToProto(core_.engine(), resp);
   core_.RecordRpc("ListOps", absl::OkStatus(), start);
   reactor->Finish(grpc::Status::OK);
   return reactor;

@@ -34,6 +34,9 @@ class OpServeService final
   grpc::ServerUnaryReactor* ListTensors(grpc::CallbackServerContext* ctx,
                                         const v1::ListTensorsRequest* req,
                                         v1::ListTensorsResponse* resp) override;
+  grpc::ServerUnaryReactor* MoveTensor(grpc::CallbackServerContext* ctx,
+                                       const v1::MoveTensorRequest* req,
+                                       v1::MoveTensorResponse* resp) override;
   // Not the generated override: its request carries the inline tensors' data received into the
   // receive pool (ParseUnaryLifting).
   grpc::ServerUnaryReactor* Execute(grpc::CallbackServerContext* ctx,
@@ -65,6 +68,7 @@ class OpServeService final
   void ParseRequestsInHandlers() {
     ParseUnary("DeleteTensor", &OpServeService::DeleteTensor);
     ParseUnary("ListTensors", &OpServeService::ListTensors);
+    ParseUnary("MoveTensor", &OpServeService::MoveTensor);
     ParseUnaryLifting("Execute",
                       {v1::ExecuteRequest::kInlineTensorsFieldNumber, /*the map entry's value*/ 2,
                        v1::Tensor::kDataFieldNumber},

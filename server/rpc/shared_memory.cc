@@ -139,6 +139,7 @@ absl::StatusOr<RegionRange> ResolveRegion(SharedMemoryRegistry& regions, const s
   if (absl::Status s = CheckRegionRange(region, (*cuda)->byte_size, offset, bytes); !s.ok()) return s;
   r.cuda = *std::move(cuda);
   r.device = SliceBuffer(r.cuda->buffer, offset, bytes);
+  r.device_index = r.cuda->engine_device;
   return r;
 }
 

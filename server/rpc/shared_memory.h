@@ -52,6 +52,7 @@ class SystemRegion {
 // A client's device buffer on this server's GPU.
 struct CudaRegion {
   int64_t device_id = 0;
+  int engine_device = 0;  // the engine's index of that GPU: graphs that use the region run there
   uint64_t byte_size = 0;
   BufferPtr buffer;  // closed when the last reference goes
 };
@@ -82,6 +83,7 @@ struct RegionRange {
   std::shared_ptr<CudaRegion> cuda;
   char* host = nullptr;  // a system region's bytes
   BufferPtr device;      // a CUDA region's
+  int device_index = -1;  // ... on this engine device
   const void* data() const { return host != nullptr ? static_cast<const void*>(host) : device->data(); }
   void* mutable_data() const { return host != nullptr ? static_cast<void*>(host) : device->data(); }
 };

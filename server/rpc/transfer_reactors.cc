@@ -41,7 +41,7 @@ class PutReactor final : public grpc::ServerReadReactor<ParsedStreamMessage<v1::
       Complete(tenant.status());
       return;
     }
-    assembly_.emplace(svc_->backend(), svc_->store(), svc_->options().limits, *tenant,
+    assembly_.emplace(svc_->engine(), svc_->options().limits, *tenant,
                       &svc_->regions());
     Do(Locked([&] { return Step(); }));
   }
@@ -189,6 +189,9 @@ class GetReactor final : public grpc::ServerWriteReactor<v1::GetTensorResponse> 
     svc_->CallStarted();
     auto tenant = svc_->Authenticate(ctx);
     auto t = tenant.ok() ? svc_->store().Get(req->name(), *tenant) : tenant.status();
+    if (t.ok()) {
+      if (absl::Status readable = svc_->engine().Readable(**t); !readable.ok()) t = readable;
+    }
     if (!t.ok()) {
       finished_ = true;
       Complete(t.status());
@@ -201,7 +204,7 @@ class GetReactor final : public grpc::ServerWriteReactor<v1::GetTensorResponse> 
     // Within [kMinChunkBytes, kMaxChunkBytes], and never over what one message may carry.
     chunk_bytes_ = std::max<uint64_t>(
         1, std::min<uint64_t>(std::clamp<uint64_t>(asked, kMinChunkBytes, kMaxChunkBytes), message_cap));
-    convert::TensorInfoToProto(*tensor_, svc_->backend().device(), info_.mutable_info());
+    convert::TensorInfoToProto(*tensor_, svc_->engine().device_names(), info_.mutable_info());
     if (req->has_shm()) {
       // Into the client's region, off the gRPC thread; then the info message alone.
       const v1::SharedMemoryRef& shm = req->shm();
@@ -219,8 +222,7 @@ class GetReactor final : public grpc::ServerWriteReactor<v1::GetTensorResponse> 
       }
       svc_->transfers().Post([this, region = *std::move(r), bytes = total_]() mutable {
         absl::Status s = bytes == 0 ? absl::OkStatus()
-                                    : svc_->backend().CopyOut(*tensor_->buffer, 0,
-                                                              region.mutable_data(), bytes);
+                                    : svc_->engine().CopyOut(*tensor_, 0, region.mutable_data(), bytes);
         // The region is free before the client can hear back: a client that unregisters it
         // right after the call (tritonclient's order) must not find it still in use.
         region = RegionRange();
@@ -322,7 +324,7 @@ class GetReactor final : public grpc::ServerWriteReactor<v1::GetTensorResponse> 
       svc_->transfers().Post([this, a] {
         std::string* chunk = msgs_[a.fill].mutable_chunk();
         chunk->resize(a.fill_bytes);
-        absl::Status s = svc_->backend().CopyOut(*tensor_->buffer, a.fill_offset, chunk->data(), a.fill_bytes);
+        absl::Status s = svc_->engine().CopyOut(*tensor_, a.fill_offset, chunk->data(), a.fill_bytes);
         Do(Locked([&] {
           filling_ = false;
           if (s.ok()) {

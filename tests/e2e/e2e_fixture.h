@@ -29,10 +29,14 @@ namespace opserve::e2e {
 
 class OpserveTest : public ::testing::Test {
  public:
-  // The backend under test: $OPSERVE_TEST_DEVICE, else "cpu" (the GPU suite sets "cuda").
+  // The --device under test: $OPSERVE_TEST_DEVICE, else "cpu" (the GPU suite sets one GPU,
+  // "cuda:0", or "cuda:1" for its run on a second GPU).
   static std::string Device();
-  // What TensorInfo.device reads on that backend: "cpu" or "cuda:0".
-  static std::string ExpectedDevice() { return Device() == "cpu" ? "cpu" : "cuda:0"; }
+  static bool IsCuda() { return Device().rfind("cuda", 0) == 0; }
+  // What TensorInfo.device reads on that backend: "cpu", or the GPU's name ("cuda:1").
+  static std::string ExpectedDevice() {
+    return Device() == "cpu" ? "cpu" : Device() == "cuda" ? "cuda:0" : Device();
+  }
 
  protected:
   // Flags added to --host=127.0.0.1 --port=0 --metrics_port=-1 --device=Device() (and

@@ -114,7 +114,7 @@ TEST_F(KServeTest, HealthAndMetadata) {
   EXPECT_EQ(meta.name(), "opserve");
   std::set<std::string> ext(meta.extensions().begin(), meta.extensions().end());
   EXPECT_TRUE(ext.count("system_shared_memory"));
-  EXPECT_EQ(ext.count("cuda_shared_memory"), Device() == "cuda" ? 1u : 0u);
+  EXPECT_EQ(ext.count("cuda_shared_memory"), IsCuda() ? 1u : 0u);
   inference::RepositoryIndexResponse index;
   ASSERT_TRUE(stub_->RepositoryIndex(&c4, {}, &index).ok());
   std::set<std::string> models;

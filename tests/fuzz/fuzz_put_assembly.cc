@@ -18,6 +18,7 @@
 //     the bytes of a tensor it replaced, once that is released); other tensors are untouched;
 //   - received() counts the accepted chunk bytes; errors carry INVALID_ARGUMENT,
 //     RESOURCE_EXHAUSTED or ALREADY_EXISTS and a message.
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -29,6 +30,8 @@
 #include "absl/strings/str_cat.h"
 #include "opserve/v1/opserve.pb.h"
 #include "server/engine/cpu_backend.h"
+#include "server/engine/device.h"
+#include "server/engine/engine.h"
 #include "server/rpc/put_assembly.h"
 #include "server/engine/tensor_store.h"
 #include "tests/fuzz/fuzz_check.h"
@@ -91,8 +94,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool abandon = data[0] & 1;
   const std::string ns = (data[0] & 2) ? kTenant : "";
 
-  std::unique_ptr<Backend> backend = MakeCpuBackend(kBudgetBytes);
+  // A device of its own (PutAssembly places through an engine), with no thread polling.
+  std::unique_ptr<Device> device = *Device::Start(MakeCpuBackend(kBudgetBytes), /*lanes=*/1,
+                                                  /*max_queue=*/1, std::chrono::microseconds(0),
+                                                  nullptr, /*completion_threads=*/1, /*contexts=*/1);
+  Backend* const backend = &device->backend();
   TensorStore store;
+  Device* devices[] = {device.get()};
+  Engine engine(devices, store, nullptr, nullptr, EngineOptions{});
   Seed(*backend, store, "A", DType::kFloat32, {2, 3}, "");
   Seed(*backend, store, "B", DType::kInt32, {4}, kTenant);
   const Limits limits{kMaxTensorBytes, /*max_graph_nodes=*/16, /*max_message_bytes=*/4 << 20};
@@ -107,7 +116,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   v1::TensorInfo info;
   {
     SharedMemoryRegistry regions;  // none registered
-    PutAssembly assembly(*backend, store, limits, ns, &regions);
+    PutAssembly assembly(engine, limits, ns, &regions);
     size_t pos = 1;
     bool stream_broke = false;
     while (pos + 2 <= size) {

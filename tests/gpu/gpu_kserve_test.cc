@@ -36,6 +36,11 @@ class GpuKServeTest : public GpuServerTest {
     inference::CudaSharedMemoryRegisterResponse resp;
     return stub_->CudaSharedMemoryRegister(&ctx, req, &resp);
   }
+  // The server's GPU ("cuda:1" -> 1): the region is made there.
+  static int Ordinal() {
+    const std::string d = Device();
+    return d.size() > 5 ? std::atoi(d.c_str() + 5) : 0;
+  }
   std::unique_ptr<inference::GRPCInferenceService::Stub> stub_;
 };
 
@@ -44,6 +49,7 @@ TEST_F(GpuKServeTest, CudaSharedMemoryInputAndOutputInPlace) {
   const uint64_t in_bytes = rows * cols * 4, out_offset = (in_bytes + 255) / 256 * 256;
   const uint64_t bytes = out_offset + rows * 4;
   void* dev = nullptr;
+  ASSERT_EQ(cudaSetDevice(Ordinal()), cudaSuccess);
   ASSERT_EQ(cudaMalloc(&dev, bytes), cudaSuccess);
   client::HostTensor x = RandomFloats({rows, cols}, rng_);
   ASSERT_EQ(cudaMemcpy(dev, x.data.data(), in_bytes, cudaMemcpyHostToDevice), cudaSuccess);
@@ -55,7 +61,7 @@ TEST_F(GpuKServeTest, CudaSharedMemoryInputAndOutputInPlace) {
   grpc::Status s = Register("elsewhere", handle, 7, bytes);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
   EXPECT_NE(s.error_message().find("device 7"), std::string::npos) << s.error_message();
-  s = Register("buf", handle, 0, bytes);
+  s = Register("buf", handle, Ordinal(), bytes);
   ASSERT_TRUE(s.ok()) << s.error_message();
 
   inference::ModelInferRequest req;

@@ -6,7 +6,9 @@
    The server runs two lanes.
 2. Before any request: every kernel series (the four opserve_kernel_* families, one per op and
    algorithm of the backend's table, as ListOps then lists them) exists at 0 on /metrics and in
-   Prometheus, and so does each lane's opserve_lane_inflight.
+   Prometheus, and so does each lane's opserve_lane_inflight. Every series of a device-level
+   family names one of the server's devices in its `device` label, each device has each of them,
+   and each device serves (opserve_device_serving 1), on /metrics and in Prometheus.
 3. Over gRPC (Debian's python3-grpcio, stubs generated here with protoc and grpc_python_plugin):
    ListOps (against the op table, read through opserve-op-table: no op list here), then Execute
    graphs of every op with every algorithm the server lists, on inline tensors shaped from the
@@ -17,7 +19,8 @@
      algorithm) that ran, and the GFLOP/s rule > 0 for matmul;
    - opserve_requests_total by (rpc, code) equal to the requests this test sent and the codes it
      got back; the error-ratio and latency recording rules present;
-   - the busy rule (kernel seconds per wall second) > 0 for the server's device.
+   - the busy rule (kernel seconds per wall second) > 0 for the server's device, and so is the
+     per-device GB/s rule; Execute's queue waits are counted on that device.
 5. Lints the server's own /metrics with `promtool check metrics`.
 
 Everything is bounded in time (--timeout, and a deadline on every wait); both servers are stopped
@@ -53,10 +56,18 @@ LANES = 2
 # 2-core CI box.
 ELEMENTS = 192 * 256
 BUSY_RULE = "instance_device:opserve_kernel_busy:ratio_rate5m"
+DEVICE_GBPS_RULE = "instance_device:opserve_kernel_gigabytes_per_second:rate5m"
 KERNEL_FAMILIES = ("opserve_kernel_seconds_total", "opserve_kernel_bytes_total",
                    "opserve_kernel_flops_total", "opserve_kernel_launches_total")
 GBPS_RULE = "instance_op_algorithm:opserve_kernel_gigabytes_per_second:rate5m"
 GFLOPS_RULE = "instance_op_algorithm:opserve_kernel_gigaflops_per_second:rate5m"
+# Families whose every series carries device=<the device's name>; opserve_device_memory_bytes
+# names the devices the server serves.
+DEVICE_FAMILIES = KERNEL_FAMILIES + (
+    "opserve_device_memory_bytes", "opserve_tensors", "opserve_device_serving",
+    "opserve_device_queue_depth", "opserve_peer_copy_bytes_total",
+    "opserve_peer_copy_seconds_total", "opserve_lane_inflight", "opserve_graph_replays_total",
+    "opserve_queue_duration_seconds_count")
 JOB = "opserve"
 
 
@@ -338,7 +349,9 @@ def main():
         wait_for("Prometheus ready", lambda: procs.check_alive() or
                  http_get(f"{prom.base}/-/ready") is not None, time.monotonic() + 60)
         rules = prom.rules_loaded()
-        for rule in (GBPS_RULE, GFLOPS_RULE, BUSY_RULE, "job:opserve_request_errors:ratio_rate5m"):
+        for rule in (GBPS_RULE, GFLOPS_RULE, BUSY_RULE, DEVICE_GBPS_RULE,
+                     "instance_device:opserve_peer_copy_gigabytes_per_second:rate5m",
+                     "job:opserve_request_errors:ratio_rate5m"):
             if rule not in rules:
                 raise Failure(f"recording rule {rule} not loaded; loaded: {rules}")
         wait_for("Prometheus scraping opserve (up == 1)",
@@ -357,6 +370,27 @@ def main():
             if not initial_kernels[family] or nonzero:
                 raise Failure(f"before any request, {family} should hold a 0 for every kernel; "
                               f"has {initial_kernels[family]}")
+
+        # Every device-level series names a device the server serves, every device has each
+        # family, and every device starts serving, with no peer copy yet.
+        devices = {l.get("device") for name, l, _ in initial
+                   if name == "opserve_device_memory_bytes"}
+        if not devices or None in devices or "" in devices:
+            raise Failure(f"opserve_device_memory_bytes names devices {devices}")
+        for family in DEVICE_FAMILIES:
+            labelled = [l.get("device") for name, l, _ in initial if name == family]
+            if set(labelled) != devices:
+                raise Failure(f"{family}: device labels {sorted(map(str, set(labelled)))}, "
+                              f"expected every one of {sorted(devices)} and nothing else")
+        for name, l, v in initial:
+            expected = {"opserve_device_serving": 1.0, "opserve_peer_copy_bytes_total": 0.0,
+                        "opserve_peer_copy_seconds_total": 0.0}.get(name)
+            if expected is not None and v != expected:
+                raise Failure(f"{name}{{device={l['device']!r}}} is {v} at start, expected {expected}")
+        wait_for("each device serving in Prometheus", lambda: sample_map(
+            prom.query(f'opserve_device_serving{{job="{JOB}"}}'), "device")
+            == {(d,): 1.0 for d in devices}, time.monotonic() + 30)
+        log(f"devices {sorted(devices)}: every device-level family labelled, all serving")
 
         # One gauge per lane, at 0 while nothing runs: the lanes the server was started with.
         lanes = {l.get("lane"): v for name, l, v in initial if name == "opserve_lane_inflight"}
@@ -515,6 +549,17 @@ def main():
                 raise Failure(f"{BUSY_RULE}: {busy}")
             return busy
         log(f"busy {wait_for('the busy rule > 0 for device cpu', busy_positive, deadline)}")
+
+        # The per-device rules: GB/s per device, and queue waits counted on the device that ran.
+        def device_rules():
+            gbps = sample_map(prom.query(f'{DEVICE_GBPS_RULE}{{job="{JOB}"}}'), "device")
+            queued = sample_map(prom.query(
+                f'sum by (device) (opserve_queue_duration_seconds_count{{job="{JOB}", rpc="Execute"}})'),
+                "device")
+            if not (gbps.get(("cpu",), 0) > 0 and queued.get(("cpu",), 0) > 0):
+                raise Failure(f"{DEVICE_GBPS_RULE}: {gbps}; Execute queue waits by device: {queued}")
+            return gbps
+        log(f"GB/s by device {wait_for('the per-device GB/s rule > 0', device_rules, deadline)}")
 
         log(f"PASS: {len(ran)} (op, algorithm) pairs with GB/s > 0, "
             f"{int(sum(expected.values()))} requests counted exactly")

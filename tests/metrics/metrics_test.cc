@@ -1,5 +1,6 @@
 // Metrics: the families, labels and values that a scrape shows, the bounds on label cardinality,
-// the HTTP exposer, and promtool's lint of a real scrape.
+// the series of several devices in one process, the HTTP exposer, and promtool's lint of a real
+// scrape.
 #include "server/engine/metrics.h"
 
 #include <arpa/inet.h>
@@ -8,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +18,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -124,6 +127,11 @@ TEST(MetricsTest, EveryFamilyIsExportedWithItsType) {
       {"opserve_receive_buffer_bytes", "gauge"},
       {"opserve_inflight_requests", "gauge"},
       {"opserve_build_info", "gauge"},
+      {"opserve_graph_replays_total", "counter"},
+      {"opserve_device_serving", "gauge"},
+      {"opserve_device_queue_depth", "gauge"},
+      {"opserve_peer_copy_bytes_total", "counter"},
+      {"opserve_peer_copy_seconds_total", "counter"},
   };
   for (const auto& [name, type] : families) {
     EXPECT_NE(text.find("# TYPE " + name + " " + type + "\n"), std::string::npos) << name;
@@ -151,6 +159,10 @@ TEST(MetricsTest, EveryFamilyIsExportedWithItsType) {
   for (const char* kind : {"used", "budget", "total"}) {
     EXPECT_EQ(Value(text, "opserve_device_memory_bytes", {{"device", "cpu"}, {"kind", kind}}), 0);
   }
+  EXPECT_EQ(Value(text, "opserve_device_serving", {{"device", "cpu"}}), 1);
+  EXPECT_EQ(Value(text, "opserve_device_queue_depth", {{"device", "cpu"}}), 0);
+  EXPECT_EQ(Value(text, "opserve_peer_copy_bytes_total", {{"device", "cpu"}}), 0);
+  EXPECT_EQ(Value(text, "opserve_peer_copy_seconds_total", {{"device", "cpu"}}), 0);
 }
 
 TEST(MetricsTest, KernelCountersAddUpPerOpAndAlgorithm) {
@@ -400,6 +412,351 @@ TEST(MetricsTest, ConcurrentRecordingLosesNothing) {
   EXPECT_EQ(Value(text, "opserve_inflight_requests"), 0);
 }
 
+// ---- Several devices in one process ----
+
+const std::vector<std::string> kGpus = {"cuda:0", "cuda:1", "cuda:2"};
+
+std::unique_ptr<Metrics> MakeDevices(const std::vector<std::string>& devices,
+                                     const std::string& bind = "") {
+  auto metrics = Metrics::Create(bind, devices, "cuda", kRpcs);
+  EXPECT_TRUE(metrics.ok()) << metrics.status();
+  return metrics.ok() ? std::move(*metrics) : nullptr;
+}
+
+// The families whose every series names its device, and those of the process, which name none.
+const std::vector<std::string> kDeviceFamilies = {"opserve_kernel_seconds_total",
+                                                  "opserve_kernel_bytes_total",
+                                                  "opserve_kernel_flops_total",
+                                                  "opserve_kernel_launches_total",
+                                                  "opserve_queue_duration_seconds_bucket",
+                                                  "opserve_queue_duration_seconds_count",
+                                                  "opserve_queue_duration_seconds_sum",
+                                                  "opserve_device_memory_bytes",
+                                                  "opserve_tensors",
+                                                  "opserve_lane_inflight",
+                                                  "opserve_graph_replays_total",
+                                                  "opserve_device_serving",
+                                                  "opserve_device_queue_depth",
+                                                  "opserve_peer_copy_bytes_total",
+                                                  "opserve_peer_copy_seconds_total"};
+const std::vector<std::string> kProcessFamilies = {"opserve_requests_total",
+                                                   "opserve_request_duration_seconds_bucket",
+                                                   "opserve_request_duration_seconds_count",
+                                                   "opserve_request_duration_seconds_sum",
+                                                   "opserve_transfer_bytes_total",
+                                                   "opserve_receive_buffer_bytes",
+                                                   "opserve_inflight_requests",
+                                                   "opserve_build_info"};
+
+// The samples of `name` on `device`.
+std::vector<Sample> OnDevice(const std::string& text, const std::string& name,
+                             const std::string& device) {
+  std::vector<Sample> out;
+  for (Sample& s : Parse(text)) {
+    if (s.name == name && s.labels.count("device") && s.labels.at("device") == device) {
+      out.push_back(std::move(s));
+    }
+  }
+  return out;
+}
+
+TEST(MultiDeviceMetricsTest, EveryDeviceHasItsSeriesAtZeroFromTheStart) {
+  auto metrics = MakeDevices(kGpus);
+  ASSERT_NE(metrics, nullptr);
+  ASSERT_EQ(metrics->device_count(), 3);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(metrics->device(i).name(), kGpus[i]);
+  const std::string text = metrics->Scrape();
+  for (const std::string& device : kGpus) {
+    for (const char* kind : {"used", "budget", "total"}) {
+      EXPECT_EQ(Value(text, "opserve_device_memory_bytes", {{"device", device}, {"kind", kind}}), 0)
+          << device << " " << kind;
+    }
+    EXPECT_EQ(Value(text, "opserve_tensors", {{"device", device}}), 0) << device;
+    EXPECT_EQ(Value(text, "opserve_device_serving", {{"device", device}}), 1) << device;
+    EXPECT_EQ(Value(text, "opserve_device_queue_depth", {{"device", device}}), 0) << device;
+    EXPECT_EQ(Value(text, "opserve_peer_copy_bytes_total", {{"device", device}}), 0) << device;
+    EXPECT_EQ(Value(text, "opserve_peer_copy_seconds_total", {{"device", device}}), 0) << device;
+    for (const char* result : {"hit", "rebound", "miss", "direct"}) {
+      EXPECT_EQ(
+          Value(text, "opserve_graph_replays_total", {{"device", device}, {"result", result}}), 0)
+          << device << " " << result;
+    }
+    for (const std::string& rpc : kRpcs) {
+      EXPECT_EQ(
+          Value(text, "opserve_queue_duration_seconds_count", {{"rpc", rpc}, {"device", device}}),
+          0)
+          << device << " " << rpc;
+    }
+  }
+  // One series a device, no more: nothing labelled by another name slipped in.
+  EXPECT_EQ(CountSeries(text, "opserve_device_memory_bytes"), 3 * 3);
+  for (const char* family :
+       {"opserve_tensors", "opserve_device_serving", "opserve_device_queue_depth",
+        "opserve_peer_copy_bytes_total", "opserve_peer_copy_seconds_total"}) {
+    EXPECT_EQ(CountSeries(text, family), 3) << family;
+  }
+  EXPECT_EQ(CountSeries(text, "opserve_graph_replays_total"), 3 * 4);
+  EXPECT_EQ(CountSeries(text, "opserve_queue_duration_seconds_count"), 3 * 10);
+  // The process's series stay one set, whatever the devices.
+  EXPECT_EQ(CountSeries(text, "opserve_requests_total"), 10 * 17);
+  EXPECT_EQ(CountSeries(text, "opserve_request_duration_seconds_count"), 10);
+}
+
+TEST(MultiDeviceMetricsTest, DeviceSeriesNameTheirDeviceAndProcessSeriesNone) {
+  auto metrics = MakeDevices(kGpus);
+  ASSERT_NE(metrics, nullptr);
+  for (int i = 0; i < 3; ++i) {
+    metrics->device(i).InitKernelSeries("sum", "cub");
+    metrics->device(i).InitLanes(2);
+  }
+  metrics->RecordRequest("Execute", absl::StatusCode::kOk, 0.01);
+  metrics->RecordTransfer("upload", 8);
+  std::map<std::string, std::set<std::string>> devices_seen;
+  for (const Sample& s : Parse(metrics->Scrape())) {
+    const bool device_family =
+        std::find(kDeviceFamilies.begin(), kDeviceFamilies.end(), s.name) != kDeviceFamilies.end();
+    const bool process_family = std::find(kProcessFamilies.begin(), kProcessFamilies.end(),
+                                          s.name) != kProcessFamilies.end();
+    ASSERT_TRUE(device_family || process_family) << "a family this test does not know: " << s.name;
+    if (process_family) {
+      EXPECT_EQ(s.labels.count("device"), 0u) << s.name;
+      continue;
+    }
+    ASSERT_EQ(s.labels.count("device"), 1u) << s.name << " has no device label";
+    devices_seen[s.name].insert(s.labels.at("device"));
+  }
+  for (const std::string& family : kDeviceFamilies) {
+    EXPECT_EQ(devices_seen[family], std::set<std::string>(kGpus.begin(), kGpus.end())) << family;
+  }
+}
+
+TEST(MultiDeviceMetricsTest, KernelOnOneDeviceLeavesTheOthersAtZero) {
+  auto metrics = MakeDevices(kGpus);
+  ASSERT_NE(metrics, nullptr);
+  for (int i = 0; i < 3; ++i) {
+    metrics->device(i).InitKernelSeries("sum", "cub");
+    metrics->device(i).InitKernelSeries("matmul", "tiled");
+  }
+  std::string text = metrics->Scrape();
+  EXPECT_EQ(CountSeries(text, "opserve_kernel_launches_total"), 3 * 2);
+  metrics->device(1).RecordKernel("sum", "cub", 0.5, 4000, 1000);
+  metrics->device(1).RecordKernel("sum", "cub", 0.25, 2000, 500);
+  metrics->device(2).RecordKernel("matmul", "tiled", 2.0, 12, 24);
+  text = metrics->Scrape();
+  const auto sum_on = [](const std::string& device) {
+    return Labels{{"op", "sum"}, {"algorithm", "cub"}, {"device", device}};
+  };
+  EXPECT_EQ(Value(text, "opserve_kernel_seconds_total", sum_on("cuda:1")), 0.75);
+  EXPECT_EQ(Value(text, "opserve_kernel_bytes_total", sum_on("cuda:1")), 6000);
+  EXPECT_EQ(Value(text, "opserve_kernel_flops_total", sum_on("cuda:1")), 1500);
+  EXPECT_EQ(Value(text, "opserve_kernel_launches_total", sum_on("cuda:1")), 2);
+  for (const char* other : {"cuda:0", "cuda:2"}) {
+    for (const char* family : {"opserve_kernel_seconds_total", "opserve_kernel_bytes_total",
+                               "opserve_kernel_flops_total", "opserve_kernel_launches_total"}) {
+      EXPECT_EQ(Value(text, family, sum_on(other)), 0) << family << " " << other;
+    }
+  }
+  EXPECT_EQ(Value(text, "opserve_kernel_launches_total",
+                  {{"op", "matmul"}, {"algorithm", "tiled"}, {"device", "cuda:2"}}),
+            1);
+  for (const char* other : {"cuda:0", "cuda:1"}) {
+    EXPECT_EQ(Value(text, "opserve_kernel_launches_total",
+                    {{"op", "matmul"}, {"algorithm", "tiled"}, {"device", other}}),
+              0)
+        << other;
+  }
+  EXPECT_EQ(CountSeries(text, "opserve_kernel_launches_total"), 3 * 2);
+}
+
+TEST(MultiDeviceMetricsTest, GaugesAndCountersMoveOnlyOnTheirDevice) {
+  auto metrics = MakeDevices(kGpus);
+  ASSERT_NE(metrics, nullptr);
+  DeviceMetrics& d1 = metrics->device(1);
+  d1.SetMemory(3'000'000'000ULL, 60'000'000'000ULL, 80'000'000'000ULL);
+  d1.SetTensors(5);
+  d1.SetQueueDepth(7);
+  d1.RecordGraph("hit");
+  d1.RecordQueue("Execute", 0.0002);
+  metrics->device(2).InitLanes(2);
+  metrics->device(2).SetLaneInflight(1, 3);
+  const std::string text = metrics->Scrape();
+  EXPECT_EQ(Value(text, "opserve_device_memory_bytes", {{"device", "cuda:1"}, {"kind", "used"}}),
+            3e9);
+  EXPECT_EQ(Value(text, "opserve_device_memory_bytes", {{"device", "cuda:1"}, {"kind", "budget"}}),
+            6e10);
+  EXPECT_EQ(Value(text, "opserve_device_memory_bytes", {{"device", "cuda:1"}, {"kind", "total"}}),
+            8e10);
+  EXPECT_EQ(Value(text, "opserve_tensors", {{"device", "cuda:1"}}), 5);
+  EXPECT_EQ(Value(text, "opserve_device_queue_depth", {{"device", "cuda:1"}}), 7);
+  EXPECT_EQ(Value(text, "opserve_graph_replays_total", {{"device", "cuda:1"}, {"result", "hit"}}),
+            1);
+  EXPECT_EQ(Value(text, "opserve_queue_duration_seconds_count",
+                  {{"rpc", "Execute"}, {"device", "cuda:1"}}),
+            1);
+  EXPECT_EQ(Value(text, "opserve_lane_inflight", {{"device", "cuda:2"}, {"lane", "1"}}), 3);
+  EXPECT_EQ(CountSeries(text, "opserve_lane_inflight"), 2);  // only cuda:2 declared lanes
+  for (const char* other : {"cuda:0", "cuda:2"}) {
+    for (const char* kind : {"used", "budget", "total"}) {
+      EXPECT_EQ(Value(text, "opserve_device_memory_bytes", {{"device", other}, {"kind", kind}}), 0)
+          << other << " " << kind;
+    }
+    EXPECT_EQ(Value(text, "opserve_tensors", {{"device", other}}), 0) << other;
+    EXPECT_EQ(Value(text, "opserve_device_queue_depth", {{"device", other}}), 0) << other;
+    EXPECT_EQ(Value(text, "opserve_graph_replays_total", {{"device", other}, {"result", "hit"}}), 0)
+        << other;
+    EXPECT_EQ(Value(text, "opserve_queue_duration_seconds_count",
+                    {{"rpc", "Execute"}, {"device", other}}),
+              0)
+        << other;
+  }
+}
+
+TEST(MultiDeviceMetricsTest, ServingFollowsSetServingPerDevice) {
+  auto metrics = MakeDevices(kGpus);
+  ASSERT_NE(metrics, nullptr);
+  metrics->device(1).SetServing(false);
+  std::string text = metrics->Scrape();
+  EXPECT_EQ(Value(text, "opserve_device_serving", {{"device", "cuda:0"}}), 1);
+  EXPECT_EQ(Value(text, "opserve_device_serving", {{"device", "cuda:1"}}), 0);
+  EXPECT_EQ(Value(text, "opserve_device_serving", {{"device", "cuda:2"}}), 1);
+  metrics->device(1).SetServing(true);
+  metrics->device(2).SetServing(false);
+  metrics->device(2).SetServing(false);  // twice: still 0, a gauge and not a count
+  text = metrics->Scrape();
+  EXPECT_EQ(Value(text, "opserve_device_serving", {{"device", "cuda:1"}}), 1);
+  EXPECT_EQ(Value(text, "opserve_device_serving", {{"device", "cuda:2"}}), 0);
+  EXPECT_EQ(CountSeries(text, "opserve_device_serving"), 3);
+}
+
+TEST(MultiDeviceMetricsTest, PeerCopiesCountOnTheDestinationAndDropBadTimes) {
+  auto metrics = MakeDevices(kGpus);
+  ASSERT_NE(metrics, nullptr);
+  metrics->device(2).RecordPeerCopy(1 << 20, 0.001);
+  metrics->device(2).RecordPeerCopy(1 << 20, 0.003);
+  metrics->device(2).RecordPeerCopy(5, std::numeric_limits<double>::quiet_NaN());
+  metrics->device(2).RecordPeerCopy(5, -1.0);
+  metrics->device(0).RecordPeerCopy(64, 0.5);
+  const std::string text = metrics->Scrape();
+  EXPECT_EQ(Value(text, "opserve_peer_copy_bytes_total", {{"device", "cuda:2"}}), (2 << 20) + 10);
+  EXPECT_NEAR(*Value(text, "opserve_peer_copy_seconds_total", {{"device", "cuda:2"}}), 0.004,
+              1e-12);
+  EXPECT_EQ(Value(text, "opserve_peer_copy_bytes_total", {{"device", "cuda:0"}}), 64);
+  EXPECT_EQ(Value(text, "opserve_peer_copy_seconds_total", {{"device", "cuda:0"}}), 0.5);
+  EXPECT_EQ(Value(text, "opserve_peer_copy_bytes_total", {{"device", "cuda:1"}}), 0);
+  EXPECT_EQ(Value(text, "opserve_peer_copy_seconds_total", {{"device", "cuda:1"}}), 0);
+}
+
+// The methods of Metrics that predate several devices keep working, on the first device.
+TEST(MultiDeviceMetricsTest, TheOneDeviceFormActsOnDeviceZero) {
+  auto metrics = MakeDevices({"cpu:0", "cpu:1"});
+  ASSERT_NE(metrics, nullptr);
+  metrics->InitKernelSeries("sum", "two_pass");
+  metrics->RecordKernel("sum", "two_pass", 0.5, 4000, 1000);
+  metrics->RecordQueue("Execute", 0.001);
+  metrics->SetMemory(1, 2, 3);
+  metrics->SetTensors(4);
+  metrics->InitLanes(1);
+  metrics->SetLaneInflight(0, 1);
+  metrics->RecordGraph("miss");
+  const std::string text = metrics->Scrape();
+  const Labels sum = {{"op", "sum"}, {"algorithm", "two_pass"}, {"device", "cpu:0"}};
+  EXPECT_EQ(Value(text, "opserve_kernel_launches_total", sum), 1);
+  EXPECT_EQ(CountSeries(text, "opserve_kernel_launches_total"), 1);
+  EXPECT_EQ(Value(text, "opserve_queue_duration_seconds_count",
+                  {{"rpc", "Execute"}, {"device", "cpu:0"}}),
+            1);
+  EXPECT_EQ(Value(text, "opserve_device_memory_bytes", {{"device", "cpu:0"}, {"kind", "budget"}}),
+            2);
+  EXPECT_EQ(Value(text, "opserve_tensors", {{"device", "cpu:0"}}), 4);
+  EXPECT_EQ(Value(text, "opserve_lane_inflight", {{"device", "cpu:0"}, {"lane", "0"}}), 1);
+  EXPECT_EQ(Value(text, "opserve_graph_replays_total", {{"device", "cpu:0"}, {"result", "miss"}}),
+            1);
+  EXPECT_EQ(Value(text, "opserve_queue_duration_seconds_count",
+                  {{"rpc", "Execute"}, {"device", "cpu:1"}}),
+            0);
+  EXPECT_EQ(Value(text, "opserve_tensors", {{"device", "cpu:1"}}), 0);
+  EXPECT_EQ(Value(text, "opserve_graph_replays_total", {{"device", "cpu:1"}, {"result", "miss"}}),
+            0);
+}
+
+TEST(MultiDeviceMetricsTest, FindDeviceByName) {
+  auto metrics = MakeDevices(kGpus);
+  ASSERT_NE(metrics, nullptr);
+  ASSERT_NE(metrics->FindDevice("cuda:2"), nullptr);
+  EXPECT_EQ(metrics->FindDevice("cuda:2"), &metrics->device(2));
+  EXPECT_EQ(metrics->FindDevice("cuda:3"), nullptr);
+  EXPECT_EQ(metrics->FindDevice("cuda"), nullptr);
+}
+
+TEST(MultiDeviceMetricsTest, BadDeviceListsAreInvalidArgumentNamingTheCulprit) {
+  const std::vector<std::string> none;
+  auto empty = Metrics::Create("", none, "cuda", kRpcs);
+  EXPECT_EQ(empty.status().code(), absl::StatusCode::kInvalidArgument) << empty.status();
+  auto twice =
+      Metrics::Create("", std::vector<std::string>{"cuda:0", "cuda:1", "cuda:0"}, "cuda", kRpcs);
+  EXPECT_EQ(twice.status().code(), absl::StatusCode::kInvalidArgument) << twice.status();
+  EXPECT_NE(twice.status().message().find("'cuda:0'"), std::string::npos) << twice.status();
+  auto unnamed = Metrics::Create("", std::vector<std::string>{"cpu:0", ""}, "cpu", kRpcs);
+  EXPECT_EQ(unnamed.status().code(), absl::StatusCode::kInvalidArgument) << unnamed.status();
+  EXPECT_NE(unnamed.status().message().find("device 1"), std::string::npos) << unnamed.status();
+  // The one-device form keeps its old meaning for an empty name.
+  auto unknown = Metrics::Create("", std::string(), "cpu", kRpcs);
+  ASSERT_TRUE(unknown.ok()) << unknown.status();
+  EXPECT_EQ(Value((*unknown)->Scrape(), "opserve_tensors", {{"device", "unknown"}}), 0);
+}
+
+TEST(MultiDeviceMetricsTest, KernelCardinalityIsBoundedPerDevice) {
+  auto metrics = MakeDevices({"cuda:0", "cuda:1"});
+  ASSERT_NE(metrics, nullptr);
+  for (int i = 0; i < 600; ++i) {
+    metrics->device(i % 2).RecordKernel("bogus_" + std::to_string(i), "auto", 1e-6, 1, 1);
+  }
+  const std::string text = metrics->Scrape();
+  for (const char* device : {"cuda:0", "cuda:1"}) {
+    const std::vector<Sample> launches = OnDevice(text, "opserve_kernel_launches_total", device);
+    EXPECT_LE(launches.size(), 257u) << device;
+    double total = 0;
+    for (const Sample& s : launches) total += s.value;
+    EXPECT_EQ(total, 300) << device;  // nothing lost: the rest lands in "other"
+  }
+}
+
+TEST(MultiDeviceMetricsTest, DevicesRecordingAtOnceLoseNothing) {
+  auto metrics = MakeDevices(kGpus);
+  ASSERT_NE(metrics, nullptr);
+  constexpr int kThreadsPerDevice = 3;
+  constexpr int kPerThread = 4000;
+  std::vector<std::thread> threads;
+  for (int d = 0; d < 3; ++d) {
+    for (int t = 0; t < kThreadsPerDevice; ++t) {
+      threads.emplace_back([&, d] {
+        DeviceMetrics& device = metrics->device(d);
+        for (int i = 0; i < kPerThread; ++i) {
+          device.RecordKernel("row_sum", "warp_per_row", 0.001, d + 1, 1);
+          device.RecordPeerCopy(d + 1, 0.0);
+          device.RecordQueue("Execute", 0.0001);
+          if (i % 1000 == 0) metrics->Scrape();
+        }
+      });
+    }
+  }
+  for (auto& t : threads) t.join();
+  const std::string text = metrics->Scrape();
+  constexpr double kPerDevice = kThreadsPerDevice * kPerThread;
+  for (int d = 0; d < 3; ++d) {
+    const Labels labels = {{"op", "row_sum"}, {"algorithm", "warp_per_row"}, {"device", kGpus[d]}};
+    EXPECT_EQ(Value(text, "opserve_kernel_launches_total", labels), kPerDevice) << kGpus[d];
+    EXPECT_EQ(Value(text, "opserve_kernel_bytes_total", labels), kPerDevice * (d + 1)) << kGpus[d];
+    EXPECT_EQ(Value(text, "opserve_peer_copy_bytes_total", {{"device", kGpus[d]}}),
+              kPerDevice * (d + 1))
+        << kGpus[d];
+    EXPECT_EQ(Value(text, "opserve_queue_duration_seconds_count",
+                    {{"rpc", "Execute"}, {"device", kGpus[d]}}),
+              kPerDevice)
+        << kGpus[d];
+  }
+}
+
 // ---- The HTTP exposer ----
 
 // A port that was free a moment ago (the kernel picks it; we close it for the exposer to take).
@@ -491,6 +848,45 @@ TEST(MetricsExposerTest, PromtoolAcceptsARealScrape) {
   std::ofstream(scrape) << *body;
   const std::string command = "promtool check metrics < '" + scrape.string() + "' > '" +
                               out.string() + "' 2>&1";
+  const int status = std::system(command.c_str());
+  std::ifstream in(out);
+  const std::string output((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_NE(WEXITSTATUS(status), 127) << "promtool not found: apt-get install prometheus";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << output;
+  EXPECT_EQ(output, "") << output;
+}
+
+// The same lint on a scrape of three devices with every device-level family written to.
+TEST(MetricsExposerTest, PromtoolAcceptsAMultiDeviceScrape) {
+  const int port = FreePort();
+  auto metrics = MakeDevices(kGpus, "127.0.0.1:" + std::to_string(port));
+  ASSERT_NE(metrics, nullptr);
+  for (int d = 0; d < 3; ++d) {
+    DeviceMetrics& device = metrics->device(d);
+    device.InitKernelSeries("matmul", "tiled");
+    device.InitLanes(2);
+    device.RecordKernel("matmul", "tiled", 0.01, 1 << 20, 1 << 30);
+    device.RecordQueue("Execute", 0.0005);
+    device.SetMemory(1, 2, 3);
+    device.SetTensors(1);
+    device.SetLaneInflight(0, 1);
+    device.RecordGraph("hit");
+    device.RecordPeerCopy(1 << 20, 0.001);
+    device.SetQueueDepth(2);
+  }
+  metrics->device(1).SetServing(false);
+  metrics->RecordRequest("Execute", absl::StatusCode::kOk, 0.02);
+  const std::optional<std::string> body = HttpGet(port, "/metrics");
+  ASSERT_TRUE(body.has_value());
+  EXPECT_EQ(Value(*body, "opserve_device_serving", {{"device", "cuda:1"}}), 0);
+
+  const std::filesystem::path dir = testing::TempDir();
+  const std::filesystem::path scrape = dir / "opserve_scrape_devices.txt";
+  const std::filesystem::path out = dir / "opserve_promtool_devices.txt";
+  std::ofstream(scrape) << *body;
+  const std::string command =
+      "promtool check metrics < '" + scrape.string() + "' > '" + out.string() + "' 2>&1";
   const int status = std::system(command.c_str());
   std::ifstream in(out);
   const std::string output((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

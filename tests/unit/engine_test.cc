@@ -106,8 +106,10 @@ struct Fixture {
     device = *std::move(d);
     const Limits limits{.max_tensor_bytes = 1 << 20, .max_graph_nodes = 16,
                         .max_message_bytes = 1 << 20};
+    Device* devices[] = {device.get()};
     engine = std::make_unique<Engine>(
-        *device, store, nullptr, EngineOptions{.limits = limits, .max_batch_size = max_batch_size});
+        devices, store, nullptr, nullptr,
+        EngineOptions{.limits = limits, .max_batch_size = max_batch_size});
   }
   ~Fixture() { device->Shutdown(); }  // runs what is queued while the engine still exists
   std::unique_ptr<Request> NewRequest(TestClient& client, const SumGraph& graph) {

@@ -8,7 +8,9 @@
         the server's default gRPC port (--port in server/main.cc) and the --port it is given;
         its gRPC probes are on that port;
       - its image and args are those of deploy/k8s/deployment.yaml's container, and it and the
-        InferenceService's model have the limit nvidia.com/gpu: 1;
+        InferenceService's model request and limit that container's nvidia.com/gpu count (the
+        GPUs one server serves with --device=cuda; requests equal to limits, as an extended
+        resource needs);
       - inferenceservice.yaml is one serving.kserve.io/v1beta1 InferenceService whose model names
         the runtime, a model format the runtime lists, and a protocolVersion the runtime lists;
         its terminationGracePeriodSeconds exceeds the drain (--shutdown_grace_seconds) by
@@ -76,6 +78,32 @@ def gpu_limit(container):
     return str(((container.get("resources") or {}).get("limits") or {}).get(GPU))
 
 
+def gpu_request(container):
+    return str(((container.get("resources") or {}).get("requests") or {}).get(GPU))
+
+
+def base_gpus(deployment):
+    """The GPU count of deploy/k8s/deployment.yaml's container, or None where it has none."""
+    if deployment is None:
+        return None
+    (base,) = deployment["spec"]["template"]["spec"]["containers"]
+    count = gpu_limit(base)
+    return count if count.isdigit() and int(count) >= 1 else None
+
+
+def check_gpus(what, resources_of, expected, problems):
+    """`what` requests and limits `expected` GPUs (the base Deployment's count)."""
+    if expected is None:
+        problems.append(f"deploy/k8s/deployment.yaml's container has no {GPU} limit of 1 or more")
+        return
+    if gpu_limit(resources_of) != expected:
+        problems.append(f"{what} limits {GPU}: {gpu_limit(resources_of)}, expected {expected} "
+                        "(deploy/k8s/deployment.yaml's)")
+    if gpu_request(resources_of) != gpu_limit(resources_of):
+        problems.append(f"{what} requests {GPU}: {gpu_request(resources_of)}, not its limit "
+                        f"{gpu_limit(resources_of)}")
+
+
 def check_runtime(runtime, deployment, repo, problems):
     """The ServingRuntime's kind, protocols, container, port, image, args, probes and GPU."""
     if runtime.get("apiVersion") != "serving.kserve.io/v1alpha1" or runtime.get("kind") != "ServingRuntime":
@@ -108,8 +136,7 @@ def check_runtime(runtime, deployment, repo, problems):
         port = ((c.get(probe) or {}).get("grpc") or {}).get("port")
         if port != grpc_port:
             problems.append(f"runtime {probe} is not a gRPC probe on port {grpc_port} (got {port})")
-    if gpu_limit(c) != "1":
-        problems.append(f"runtime container limits {GPU}: {gpu_limit(c)}, expected 1")
+    check_gpus("runtime container", c, base_gpus(deployment), problems)
     if deployment is not None:
         (base,) = deployment["spec"]["template"]["spec"]["containers"]
         if c.get("image") != base.get("image"):
@@ -120,7 +147,7 @@ def check_runtime(runtime, deployment, repo, problems):
             problems.append(f"runtime args {args} are not deploy/k8s/deployment.yaml's {base_args}")
 
 
-def check_inference_service(isvc, runtime, repo, problems):
+def check_inference_service(isvc, runtime, deployment, repo, problems):
     """The InferenceService's kind, its reference to the runtime, its GPU and its grace period."""
     if isvc.get("apiVersion") != "serving.kserve.io/v1beta1" or isvc.get("kind") != "InferenceService":
         problems.append(f"inferenceservice.yaml: {isvc.get('apiVersion')} {isvc.get('kind')}, "
@@ -142,8 +169,7 @@ def check_inference_service(isvc, runtime, repo, problems):
                         "listed by the runtime")
     # KServe merges these into the runtime's container, key by key: state the GPU here too, so
     # that the example reads whole and an edit of the runtime cannot change it unseen.
-    if gpu_limit(model) != "1":
-        problems.append(f"InferenceService model limits {GPU}: {gpu_limit(model)}, expected 1")
+    check_gpus("InferenceService model", model, base_gpus(deployment), problems)
     containers = [c for c in rspec.get("containers") or [] if c.get("name") == "kserve-container"]
     args = [str(a) for a in (containers[0].get("args") or [])] if containers else []
     grace = int(flag_value(args, "shutdown_grace_seconds") or flag_default(repo, "shutdown_grace_seconds"))
@@ -219,7 +245,7 @@ def check(repo, ops=()):
     if runtime is not None:
         check_runtime(runtime, deployment, repo, problems)
     if isvc is not None:
-        check_inference_service(isvc, runtime, repo, problems)
+        check_inference_service(isvc, runtime, deployment, repo, problems)
     check_kustomization(kserve, repo, problems)
     check_no_op_list(kserve, ops, problems)
     check_rendered(repo, problems)
@@ -247,8 +273,14 @@ MUTANTS = [
      "runs --port=50052, not the h2c port"),
     (f"{KSERVE}/servingruntime.yaml", "livenessProbe:\n        grpc:\n          port: 50051",
      "livenessProbe:\n        grpc:\n          port: 9464", "livenessProbe is not a gRPC probe"),
-    (f"{KSERVE}/servingruntime.yaml", "memory: 16Gi\n          nvidia.com/gpu: 1", "memory: 16Gi",
+    (f"{KSERVE}/servingruntime.yaml", "memory: 16Gi\n          nvidia.com/gpu: 2", "memory: 16Gi",
      "runtime container limits nvidia.com/gpu"),
+    (f"{KSERVE}/servingruntime.yaml", "memory: 16Gi\n          nvidia.com/gpu: 2",
+     "memory: 16Gi\n          nvidia.com/gpu: 1", "runtime container limits nvidia.com/gpu: 1, expected 2"),
+    (f"{KSERVE}/servingruntime.yaml", "memory: 4Gi\n          nvidia.com/gpu: 2",
+     "memory: 4Gi\n          nvidia.com/gpu: 1", "runtime container requests nvidia.com/gpu: 1"),
+    ("deploy/k8s/deployment.yaml", "memory: 16Gi\n              nvidia.com/gpu: 2",
+     "memory: 16Gi\n              nvidia.com/gpu: 4", "expected 4 (deploy/k8s/deployment.yaml's)"),
     (f"{KSERVE}/servingruntime.yaml", "image: opserve", "image: opserve-kserve",
      "is not deploy/k8s/deployment.yaml's opserve"),
     (f"{KSERVE}/servingruntime.yaml", "- --device=cuda", "- --device=auto",
@@ -259,8 +291,10 @@ MUTANTS = [
      "modelFormat:\n        name: triton", "is not among the runtime's"),
     (f"{KSERVE}/inferenceservice.yaml", "protocolVersion: grpc-v2", "protocolVersion: v2",
      "InferenceService protocolVersion 'v2'"),
-    (f"{KSERVE}/inferenceservice.yaml", "memory: 16Gi\n          nvidia.com/gpu: 1", "memory: 16Gi",
+    (f"{KSERVE}/inferenceservice.yaml", "memory: 16Gi\n          nvidia.com/gpu: 2", "memory: 16Gi",
      "InferenceService model limits nvidia.com/gpu"),
+    (f"{KSERVE}/inferenceservice.yaml", "memory: 16Gi\n          nvidia.com/gpu: 2",
+     "memory: 16Gi\n          nvidia.com/gpu: 1", "InferenceService model limits nvidia.com/gpu: 1"),
     (f"{KSERVE}/inferenceservice.yaml", "terminationGracePeriodSeconds: 45",
      "terminationGracePeriodSeconds: 30", "terminationGracePeriodSeconds 30 leaves less"),
     (f"{KSERVE}/kustomization.yaml", "  - inferenceservice.yaml\n", "",
