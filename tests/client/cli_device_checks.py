@@ -84,10 +84,11 @@ def check_placement(cli, work):
           f"ls does not show where A and B live:\n{out}")
 
     # A graph runs where most of its stored input bytes are: A (12 KiB on cpu:1), not B
-    # (6 KiB on cpu:0), which is copied over. Its output is kept on cpu:0 as the spec asks.
-    write_graph(work, "placed.json", {
-        "nodes": [{"id": "ab", "op": "matmul", "inputs": [{"stored": "A"}, {"stored": "B"}]}],
-        "outputs": [{"node": "ab", "storeAs": "AB", "overwrite": True, "device": "cpu:0"}]})
+    # (6 KiB on cpu:0), which is copied over. Its stored output stays there.
+    graph = {"nodes": [{"id": "ab", "op": "matmul",
+                        "inputs": [{"stored": "A"}, {"stored": "B"}]}],
+             "outputs": [{"node": "ab", "storeAs": "AB", "overwrite": True}]}
+    write_graph(work, "placed.json", graph)
     out, _ = cli("run", "placed.json", "--json")
     response = json.loads(out)["response"]
     check(response["device"] == "cpu:1", f"the graph ran on {response['device']}, not cpu:1")
@@ -95,12 +96,24 @@ def check_placement(cli, work):
           f"peerCopyBytes {response['peerCopyBytes']!r}, expected B's 6144")
     check(type(response["timing"]["peerCopyUs"]) in (int, float)
           and response["timing"]["peerCopyUs"] >= 0, f"timing: {response['timing']}")
-    check(response["stored"][0]["device"] == "cpu:0",
-          f"output device cpu:0, stored on {response['stored'][0]['device']}")
+    check(response["stored"][0]["device"] == "cpu:1",
+          f"AB stored on {response['stored'][0]['device']}, not where it ran")
     out, _ = cli("run", "placed.json")
     check("device cpu:1: queue" in out, f"run's timing line does not name cpu:1:\n{out}")
     check("peer copies: 6.00 KiB in " in out, f"run does not show the peer copy:\n{out}")
+
+    # The output's "device" keeps the stored copy on cpu:0: AB's 8 KiB are copied too.
+    graph["outputs"][0]["device"] = "cpu:0"
+    write_graph(work, "placed_out.json", graph)
+    out, _ = cli("run", "placed_out.json", "--json")
+    response = json.loads(out)["response"]
+    check(response["stored"][0]["device"] == "cpu:0",
+          f"output device cpu:0, stored on {response['stored'][0]['device']}")
+    check(response["peerCopyBytes"] == 48 * 32 * 4 + 64 * 32 * 4,
+          f"peerCopyBytes {response['peerCopyBytes']!r}, expected B's 6144 and AB's 8192")
+    out, _ = cli("run", "placed_out.json")
     check("stored AB: float32[64, 32], 8.00 KiB on cpu:0" in out, f"run's stored line:\n{out}")
+    check("peer copies: 14.0 KiB in " in out, f"run does not show both peer copies:\n{out}")
 
     # Inline inputs only, nothing stored on the way: no peer copy, no line for it.
     write_graph(work, "inline.json", {

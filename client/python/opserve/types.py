@@ -165,7 +165,8 @@ class Timing:
     compute_us: float  # running the nodes (under load, also the wait for the request before it)
     output_us: float   # downloading returned tensors, storing kept ones
     total_us: float    # from the handler's receipt to the response
-    # Copying stored inputs from other devices than the one the graph ran on (part of input_us).
+    # Copies between devices: stored inputs from other devices than the one the graph ran on,
+    # outputs kept on another (OutputSpec.device).
     peer_copy_us: float = 0.0
 
 
@@ -184,7 +185,8 @@ class RunResult:
     # Requests that ran as one launch with this one, itself included (the server's
     # --max_batch_size): 1 when it ran alone. They share input_us, compute_us and output_us.
     batch_size: int = 1
-    # Bytes of stored inputs copied from other devices (timing.peer_copy_us: how long it took).
+    # Bytes copied between devices: stored inputs from other devices, outputs kept on another
+    # (timing.peer_copy_us: how long it took).
     peer_copy_bytes: int = 0
 
     def __getitem__(self, name: str) -> np.ndarray:
@@ -206,8 +208,8 @@ class RunResult:
         t = self.timing
         peer = ""
         if self.peer_copy_bytes or t.peer_copy_us:
-            peer = (f"peer copies: {format_bytes(self.peer_copy_bytes)} in {t.peer_copy_us:.1f} "
-                    "us (part of input)\n")
+            peer = (f"peer copies: {format_bytes(self.peer_copy_bytes)} in "
+                    f"{t.peer_copy_us:.1f} us\n")
         graph = _GRAPH_LINES.get(self.graph, "")
         return (format_table(self.nodes) + f"\ndevice {self.device}: queue {t.queue_us:.1f} us, "
                 f"input {t.input_us:.1f} us, compute {t.compute_us:.1f} us, "
