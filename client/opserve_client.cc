@@ -317,6 +317,14 @@ absl::StatusOr<v1::TensorInfo> Client::PutTensor(absl::string_view name, v1::DTy
                                                  absl::Span<const int64_t> shape, const void* data,
                                                  uint64_t bytes, bool overwrite,
                                                  const CallOptions& call) {
+  return PutTensor(name, dtype, shape, data, bytes, overwrite, Placement{}, call);
+}
+
+absl::StatusOr<v1::TensorInfo> Client::PutTensor(absl::string_view name, v1::DType dtype,
+                                                 absl::Span<const int64_t> shape, const void* data,
+                                                 uint64_t bytes, bool overwrite,
+                                                 const Placement& placement,
+                                                 const CallOptions& call) {
   if (name.empty()) return absl::InvalidArgumentError("PutTensor: empty tensor name");
   absl::StatusOr<uint64_t> expected = ByteSize(dtype, shape);
   if (!expected.ok()) {
@@ -334,6 +342,8 @@ absl::StatusOr<v1::TensorInfo> Client::PutTensor(absl::string_view name, v1::DTy
   header.mutable_header()->set_dtype(dtype);
   header.mutable_header()->mutable_shape()->Add(shape.begin(), shape.end());
   header.mutable_header()->set_overwrite(overwrite);
+  header.mutable_header()->set_device(placement.device);
+  header.mutable_header()->set_shard(placement.shard);
 
   grpc::ClientContext context;
   Prepare(&context, call);
@@ -358,9 +368,15 @@ absl::StatusOr<v1::TensorInfo> Client::PutTensor(absl::string_view name, v1::DTy
 }
 
 absl::StatusOr<v1::TensorInfo> Client::PutTensor(absl::string_view name, const HostTensor& tensor,
-                                                 bool overwrite, const CallOptions& call) {
+                                                 bool overwrite, const Placement& placement,
+                                                 const CallOptions& call) {
   return PutTensor(name, tensor.dtype, tensor.shape, tensor.data.data(), tensor.data.size(),
-                   overwrite, call);
+                   overwrite, placement, call);
+}
+
+absl::StatusOr<v1::TensorInfo> Client::PutTensor(absl::string_view name, const HostTensor& tensor,
+                                                 bool overwrite, const CallOptions& call) {
+  return PutTensor(name, tensor, overwrite, Placement{}, call);
 }
 
 absl::StatusOr<HostTensor> Client::GetTensor(absl::string_view name, const CallOptions& call) {
@@ -471,6 +487,19 @@ absl::StatusOr<std::vector<v1::TensorInfo>> Client::ListTensors(const CallOption
   RETURN_IF_ERROR(ToAbslStatus(stub_->ListTensors(&context, v1::ListTensorsRequest(), &response)));
   return std::vector<v1::TensorInfo>(std::make_move_iterator(response.mutable_tensors()->begin()),
                                      std::make_move_iterator(response.mutable_tensors()->end()));
+}
+
+absl::StatusOr<v1::MoveTensorResponse> Client::MoveTensor(absl::string_view name,
+                                                          absl::string_view device,
+                                                          const CallOptions& call) {
+  grpc::ClientContext context;
+  Prepare(&context, call);
+  v1::MoveTensorRequest request;
+  request.set_name(std::string(name));
+  request.set_device(std::string(device));
+  v1::MoveTensorResponse response;
+  RETURN_IF_ERROR(ToAbslStatus(stub_->MoveTensor(&context, request, &response)));
+  return response;
 }
 
 absl::StatusOr<v1::ExecuteResponse> Client::Execute(const v1::ExecuteRequest& request,

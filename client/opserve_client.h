@@ -64,6 +64,15 @@ struct CallOptions {
   std::function<void(uint64_t done, uint64_t total)> progress;
 };
 
+// Where PutTensor puts a tensor on a server of several devices (PutTensorHeader.device, .shard).
+struct Placement {
+  // One of the server's devices, as ListOpsResponse.devices names them ("cpu:1", "cuda:0");
+  // empty: the server picks the serving device with the most free budget.
+  std::string device;
+  // Split a [rows, cols] tensor by rows over every serving device; `device` must then be empty.
+  bool shard = false;
+};
+
 class Client {
  public:
   // Builds the channel; it connects lazily, so an unreachable server shows up as UNAVAILABLE
@@ -80,6 +89,14 @@ class Client {
   absl::StatusOr<v1::TensorInfo> PutTensor(absl::string_view name, v1::DType dtype,
                                            absl::Span<const int64_t> shape, const void* data,
                                            uint64_t bytes, bool overwrite,
+                                           const Placement& placement,
+                                           const CallOptions& call = {});
+  absl::StatusOr<v1::TensorInfo> PutTensor(absl::string_view name, v1::DType dtype,
+                                           absl::Span<const int64_t> shape, const void* data,
+                                           uint64_t bytes, bool overwrite,
+                                           const CallOptions& call = {});
+  absl::StatusOr<v1::TensorInfo> PutTensor(absl::string_view name, const HostTensor& tensor,
+                                           bool overwrite, const Placement& placement,
                                            const CallOptions& call = {});
   absl::StatusOr<v1::TensorInfo> PutTensor(absl::string_view name, const HostTensor& tensor,
                                            bool overwrite, const CallOptions& call = {});
@@ -92,11 +109,19 @@ class Client {
   // the request instead of sending bytes: for a server on the same host. The object is
   // unregistered and removed before the call returns (shm_transfer.cc).
   absl::StatusOr<v1::TensorInfo> PutTensorShm(absl::string_view name, const HostTensor& tensor,
+                                              bool overwrite, const Placement& placement,
+                                              const CallOptions& call = {});
+  absl::StatusOr<v1::TensorInfo> PutTensorShm(absl::string_view name, const HostTensor& tensor,
                                               bool overwrite, const CallOptions& call = {});
   absl::StatusOr<HostTensor> GetTensorShm(absl::string_view name, const CallOptions& call = {});
 
   absl::StatusOr<v1::TensorInfo> DeleteTensor(absl::string_view name, const CallOptions& call = {});
   absl::StatusOr<std::vector<v1::TensorInfo>> ListTensors(const CallOptions& call = {});
+  // Moves tensor `name` to `device` (gathering a sharded one there): where it lives now, the
+  // bytes copied between devices (0: it was there already) and the server's time for it.
+  absl::StatusOr<v1::MoveTensorResponse> MoveTensor(absl::string_view name,
+                                                    absl::string_view device,
+                                                    const CallOptions& call = {});
   absl::StatusOr<v1::ExecuteResponse> Execute(const v1::ExecuteRequest& request,
                                               const CallOptions& call = {});
 

@@ -102,6 +102,12 @@ auto WithRegion(const std::shared_ptr<grpc::Channel>& channel,
 
 absl::StatusOr<v1::TensorInfo> Client::PutTensorShm(absl::string_view name, const HostTensor& tensor,
                                                     bool overwrite, const CallOptions& call) {
+  return PutTensorShm(name, tensor, overwrite, Placement{}, call);
+}
+
+absl::StatusOr<v1::TensorInfo> Client::PutTensorShm(absl::string_view name, const HostTensor& tensor,
+                                                    bool overwrite, const Placement& placement,
+                                                    const CallOptions& call) {
   ASSIGN_OR_RETURN(std::unique_ptr<ShmObject> shm, ShmObject::Create(tensor.data.size()));
   if (!tensor.data.empty()) std::memcpy(shm->data(), tensor.data.data(), tensor.data.size());
   auto prepare = [this, &call](grpc::ClientContext* ctx) { Prepare(ctx, call); };
@@ -116,6 +122,8 @@ absl::StatusOr<v1::TensorInfo> Client::PutTensorShm(absl::string_view name, cons
     h->set_dtype(tensor.dtype);
     for (int64_t d : tensor.shape) h->add_shape(d);
     h->set_overwrite(overwrite);
+    h->set_device(placement.device);
+    h->set_shard(placement.shard);
     h->mutable_shm()->set_region(shm->region());
     h->mutable_shm()->set_byte_size(tensor.data.size());
     writer->Write(header);

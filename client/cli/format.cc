@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -192,6 +193,91 @@ std::string InfoLine(const v1::TensorInfo& info) {
       info.name(), ": ", client::DTypeName(info.dtype()),
       client::ShapeString(std::vector<int64_t>(info.shape().begin(), info.shape().end())), ", ",
       FormatBytes(info.bytes()), " on ", info.device());
+}
+
+std::string RowRange(const v1::TensorShard& shard) {
+  return absl::StrCat("rows [", shard.row_begin(), ", ", shard.row_begin() + shard.rows(), ")");
+}
+
+std::string ShardLines(const v1::TensorInfo& info) {
+  std::string out;
+  for (int i = 0; i < info.shards_size(); ++i) {
+    const v1::TensorShard& shard = info.shards(i);
+    absl::StrAppend(&out, "  shard ", i, ": ", RowRange(shard), " on ", shard.device(), ", ",
+                    FormatBytes(shard.bytes()), "\n");
+  }
+  return out;
+}
+
+std::string DevicesTable(const v1::ListOpsResponse& ops) {
+  Table table({{"device"},
+               {"capability"},
+               {"used", true},
+               {"budget", true},
+               {"total", true},
+               {"state"},
+               {"description"}});
+  for (const v1::DeviceInfo& device : ops.devices()) {
+    table.AddRow({device.name(), device.capability(), FormatBytes(device.memory_used()),
+                  FormatBytes(device.memory_budget()), FormatBytes(device.memory_total()),
+                  device.serving() ? "serving" : absl::StrCat("out: ", device.error()),
+                  device.description()});
+  }
+  return table.Render();
+}
+
+std::map<std::string, std::vector<std::string>> AlgorithmDevices(const v1::ListOpsResponse& ops) {
+  std::map<std::string, std::vector<std::string>> runs_on;
+  std::set<std::set<std::string>> distinct;
+  for (const v1::DeviceInfo& device : ops.devices()) {
+    distinct.emplace(device.algorithms().begin(), device.algorithms().end());
+    for (const std::string& row : device.algorithms()) runs_on[row].push_back(device.name());
+  }
+  if (distinct.size() <= 1) runs_on.clear();
+  return runs_on;
+}
+
+std::string OpsText(const v1::ListOpsResponse& ops) {
+  std::string out;
+  if (ops.devices().empty()) {  // a server from before devices were listed
+    out = absl::StrCat("backend ", ops.backend(), ", device ", ops.device(), "\n\n");
+  } else {
+    out = absl::StrCat("backend ", ops.backend(), ", ", ops.devices_size(),
+                       ops.devices_size() == 1 ? " device" : " devices", "\n\n",
+                       DevicesTable(ops), "\n");
+  }
+  // Devices of one kind run the same rows; where they differ (GPUs of several generations),
+  // each algorithm row names the devices that run it.
+  const std::map<std::string, std::vector<std::string>> runs_on = AlgorithmDevices(ops);
+  constexpr size_t kDevicesColumn = 4;  // before the description
+  std::vector<Table::Column> columns = {
+      {"op"}, {"algorithm"}, {"dtypes"}, {"deterministic"}, {"description"}};
+  if (!runs_on.empty()) columns.insert(columns.begin() + kDevicesColumn, {"devices"});
+  Table table(std::move(columns));
+  auto dtype_list = [](const auto& dtypes) {
+    std::vector<std::string> names;
+    for (int dtype : dtypes) names.emplace_back(client::DTypeName(static_cast<v1::DType>(dtype)));
+    return absl::StrJoin(names, ",");
+  };
+  for (const v1::OpInfo& op : ops.ops()) {
+    std::vector<std::string> row = {op.name(),
+                                    absl::StrCat("(default: ", op.default_algorithm(), ")"),
+                                    dtype_list(op.dtypes()), "", op.description()};
+    if (!runs_on.empty()) row.insert(row.begin() + kDevicesColumn, "");
+    table.AddRow(std::move(row));
+    for (const v1::AlgorithmInfo& algorithm : op.algorithms()) {
+      row = {"", absl::StrCat(algorithm.name(), algorithm.is_default() ? " *" : ""),
+             dtype_list(algorithm.dtypes()), algorithm.deterministic() ? "yes" : "no",
+             algorithm.description()};
+      if (!runs_on.empty()) {
+        const auto devices = runs_on.find(absl::StrCat(op.name(), "/", algorithm.name()));
+        row.insert(row.begin() + kDevicesColumn,
+                   devices == runs_on.end() ? "none" : absl::StrJoin(devices->second, ","));
+      }
+      table.AddRow(std::move(row));
+    }
+  }
+  return out + table.Render();
 }
 
 std::string FailureText(const absl::Status& status, bool from_server) {

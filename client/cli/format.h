@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,25 @@ std::string FormatBytes(uint64_t bytes);
 
 // "A: float32[64, 48], 12.0 KiB on cpu".
 std::string InfoLine(const v1::TensorInfo& info);
+
+// "rows [0, 5)": the rows of a sharded tensor that one shard holds.
+std::string RowRange(const v1::TensorShard& shard);
+
+// A sharded tensor's parts, a line each ("  shard 0: rows [0, 5) on cpu:0, 80 B"); nothing for
+// a tensor that is not sharded.
+std::string ShardLines(const v1::TensorInfo& info);
+
+// The server's devices as a table: name, capability, memory used, budget and total, whether it
+// serves (or why not), description.
+std::string DevicesTable(const v1::ListOpsResponse& ops);
+
+// Which devices run each "op/algorithm" row, when the devices differ in what they run (GPUs of
+// several generations); empty when every device runs the same rows.
+std::map<std::string, std::vector<std::string>> AlgorithmDevices(const v1::ListOpsResponse& ops);
+
+// `opserve-cli ops`: the backend, the devices table, then a row per op and per algorithm (with
+// a "devices" column naming who runs each row when the devices differ).
+std::string OpsText(const v1::ListOpsResponse& ops);
 
 // A JSON string literal with escapes.
 std::string JsonQuote(absl::string_view text);

@@ -42,13 +42,16 @@ constexpr char kUsage[] = R"(usage: opserve-cli [FLAGS] COMMAND [ARGS]
 
 commands:
   health                      is the server serving? (exit 0 if so)
-  ops                         the ops and algorithms the server offers
-  put NAME FILE.npy           upload a .npy file as tensor NAME (--overwrite to replace)
+  ops                         the server's devices (memory, state) and the ops and algorithms
+                              it offers
+  put NAME FILE.npy           upload a .npy file as tensor NAME (--overwrite to replace;
+                              --device=NAME or --shard to place it)
   get NAME FILE.npy           download tensor NAME into a .npy file
                               (put and get draw a progress bar over 64 MiB when stderr is a
                               terminal)
-  ls                          list stored tensors
+  ls                          list stored tensors, where each lives and a sharded one's parts
   rm NAME                     delete tensor NAME
+  move NAME DEVICE            move tensor NAME to DEVICE (a sharded one is gathered there)
   run GRAPH.json              execute a graph (ExecuteRequest JSON; inline tensors may be
                               {"npy": "file.npy"}, relative to the graph file); warns when the
                               graph neither returns nor stores an output
@@ -69,6 +72,9 @@ flags:
   --root_ca=PEM               use TLS with this root CA
   --client_cert=PEM --client_key=PEM   mutual TLS
   --overwrite                 put: replace an existing tensor
+  --device=NAME               put: store it on this device of the server (as `ops` names
+                              them, e.g. cuda:1; default: the one with the most free memory)
+  --shard                     put: split a matrix by rows over every serving device
   --shm                       put, get: move the bytes through a POSIX shared-memory object
                               registered with the server (same host only) instead of the socket
 
@@ -80,6 +86,8 @@ struct Flags {
   bool json = false;
   bool overwrite = false;
   bool shm = false;
+  client::Placement placement;    // --device, --shard
+  std::string first_put_flag;     // placement flags belong to put alone
   BenchOptions bench;
   std::string first_bench_flag;   // bench flags belong to bench alone
   std::vector<std::string> args;  // the command and its arguments
@@ -91,8 +99,9 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
   if (const char* target = std::getenv("OPSERVE_TARGET")) flags.client.target = target;
   if (const char* token = std::getenv("OPSERVE_TOKEN")) flags.client.bearer_token = token;
   if (const char* session = std::getenv("OPSERVE_SESSION")) flags.client.session = session;
-  const std::set<std::string> with_value = {"target",  "token",       "session",    "timeout",
-                                            "root_ca", "client_cert", "client_key", "chunk_bytes"};
+  const std::set<std::string> with_value = {"target",     "token",      "session",
+                                            "timeout",    "root_ca",    "client_cert",
+                                            "client_key", "chunk_bytes", "device"};
   bool flags_done = false;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -156,6 +165,14 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
       flags.overwrite = true;
     } else if (name == "shm") {
       flags.shm = true;
+    } else if (name == "device" || name == "shard") {
+      if (name == "device") {
+        if (value.empty()) return absl::InvalidArgumentError("--device needs a device name");
+        flags.placement.device = value;
+      } else {
+        flags.placement.shard = true;
+      }
+      if (flags.first_put_flag.empty()) flags.first_put_flag = name;
     } else if (name == "help") {
       flags.args = {"help"};
       return flags;
@@ -212,23 +229,7 @@ int Ops(client::Client& c, const Flags& flags) {
     std::cout << ProtoJson(*ops) << "\n";
     return 0;
   }
-  std::cout << "backend " << ops->backend() << ", device " << ops->device() << "\n\n";
-  Table table({{"op"}, {"algorithm"}, {"dtypes"}, {"deterministic"}, {"description"}});
-  auto dtype_list = [](const auto& dtypes) {
-    std::vector<std::string> names;
-    for (int dtype : dtypes) names.emplace_back(client::DTypeName(static_cast<v1::DType>(dtype)));
-    return absl::StrJoin(names, ",");
-  };
-  for (const v1::OpInfo& op : ops->ops()) {
-    table.AddRow({op.name(), absl::StrCat("(default: ", op.default_algorithm(), ")"),
-                  dtype_list(op.dtypes()), "", op.description()});
-    for (const v1::AlgorithmInfo& algorithm : op.algorithms()) {
-      table.AddRow({"", absl::StrCat(algorithm.name(), algorithm.is_default() ? " *" : ""),
-                    dtype_list(algorithm.dtypes()), algorithm.deterministic() ? "yes" : "no",
-                    algorithm.description()});
-    }
-  }
-  std::cout << table.Render();
+  std::cout << OpsText(*ops);
   return 0;
 }
 
@@ -238,9 +239,9 @@ int Put(client::Client& c, const Flags& flags, const std::string& name, const st
   ProgressBar progress(absl::StrCat("put ", name));
   const client::CallOptions call = TransferCall(flags, &progress);
   const absl::Time start = absl::Now();
-  absl::StatusOr<v1::TensorInfo> info = flags.shm
-                                            ? c.PutTensorShm(name, *tensor, flags.overwrite, call)
-                                            : c.PutTensor(name, *tensor, flags.overwrite, call);
+  absl::StatusOr<v1::TensorInfo> info =
+      flags.shm ? c.PutTensorShm(name, *tensor, flags.overwrite, flags.placement, call)
+                : c.PutTensor(name, *tensor, flags.overwrite, flags.placement, call);
   const absl::Duration elapsed = absl::Now() - start;
   progress.Finish();
   if (!info.ok()) return Fail(info.status(), true);
@@ -251,7 +252,8 @@ int Put(client::Client& c, const Flags& flags, const std::string& name, const st
               << "}\n";
   } else {
     std::cout << absl::StrFormat("put %s in %.3f ms, %.2f GB/s\n", InfoLine(*info),
-                                 absl::ToDoubleMilliseconds(elapsed), gbps);
+                                 absl::ToDoubleMilliseconds(elapsed), gbps)
+              << ShardLines(*info);
   }
   return 0;
 }
@@ -299,6 +301,12 @@ int List(client::Client& c, const Flags& flags) {
         {info.name(), std::string(client::DTypeName(info.dtype())),
          client::ShapeString(std::vector<int64_t>(info.shape().begin(), info.shape().end())),
          absl::StrCat(info.bytes()), info.device()});
+    // A sharded tensor's parts below it, one row each: which rows live where.
+    for (int i = 0; i < info.shards_size(); ++i) {
+      const v1::TensorShard& shard = info.shards(i);
+      table.AddRow({absl::StrCat("  shard ", i), "", RowRange(shard),
+                    absl::StrCat(shard.bytes()), shard.device()});
+    }
   }
   std::cout << table.Render();
   return 0;
@@ -315,19 +323,39 @@ int Remove(client::Client& c, const Flags& flags, const std::string& name) {
   return 0;
 }
 
+int Move(client::Client& c, const Flags& flags, const std::string& name,
+         const std::string& device) {
+  absl::StatusOr<v1::MoveTensorResponse> moved = c.MoveTensor(name, device);
+  if (!moved.ok()) return Fail(moved.status(), true);
+  if (flags.json) {
+    std::cout << ProtoJson(*moved) << "\n";
+  } else if (moved->bytes() == 0) {
+    std::cout << InfoLine(moved->info()) << " (there already, nothing moved)\n";
+  } else {
+    const double seconds = moved->seconds();
+    std::cout << absl::StrFormat(
+        "moved %s (%s copied in %.3f ms, %.2f GB/s)\n", InfoLine(moved->info()),
+        FormatBytes(moved->bytes()), seconds * 1e3,
+        seconds > 0 ? static_cast<double>(moved->bytes()) / seconds / 1e9 : 0);
+  }
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   absl::StatusOr<Flags> flags = ParseFlags(argc, argv);
   if (!flags.ok()) return UsageError(flags.status().message());
   const std::vector<std::string>& args = flags->args;
   if (args.empty()) {
-    return UsageError("no command given; one of health, ops, put, get, ls, rm, run, bench");
+    return UsageError(
+        "no command given; one of health, ops, put, get, ls, rm, move, run, bench");
   }
   if (args[0] == "help" || args[0] == "-h") {
     std::cout << kUsage << kBenchUsage;
     return 0;
   }
-  const std::map<std::string, size_t> arity = {{"health", 1}, {"ops", 1}, {"put", 3}, {"get", 3},
-                                               {"ls", 1},     {"rm", 2},  {"run", 2}, {"bench", 1}};
+  const std::map<std::string, size_t> arity = {{"health", 1}, {"ops", 1}, {"put", 3},
+                                               {"get", 3},    {"ls", 1},  {"rm", 2},
+                                               {"move", 3},   {"run", 2}, {"bench", 1}};
   const auto expected = arity.find(args[0]);
   if (expected == arity.end()) {
     return UsageError(absl::StrCat("unknown command '", args[0], "'"));
@@ -339,6 +367,13 @@ int Main(int argc, char** argv) {
   if (args[0] != "bench" && !flags->first_bench_flag.empty()) {
     return UsageError(
         absl::StrCat("--", flags->first_bench_flag, " is a flag of bench, not of ", args[0]));
+  }
+  if (args[0] != "put" && !flags->first_put_flag.empty()) {
+    return UsageError(
+        absl::StrCat("--", flags->first_put_flag, " is a flag of put, not of ", args[0]));
+  }
+  if (flags->placement.shard && !flags->placement.device.empty()) {
+    return UsageError("--shard spreads the tensor over every device; it takes no --device");
   }
   // Graph runs and transfers take their limits per call (Run, TransferCall); bench sets its own.
   const bool per_call = args[0] == "run" || args[0] == "bench" || args[0] == "put" ||
@@ -356,6 +391,7 @@ int Main(int argc, char** argv) {
   if (command == "get") return Get(c, *flags, args[1], args[2]);
   if (command == "ls") return List(c, *flags);
   if (command == "rm") return Remove(c, *flags, args[1]);
+  if (command == "move") return Move(c, *flags, args[1], args[2]);
   if (command == "run") return RunGraph(c, args[1], flags->json, flags->timeout);
   return RunBench(c, flags->bench, flags->json, std::cout);
 }

@@ -56,6 +56,12 @@ void PrintRunText(const v1::ExecuteResponse& response,
   std::cout << absl::StrFormat(
       "\ndevice %s: queue %.1f us, input %.1f us, compute %.1f us, output %.1f us, total %.1f us\n",
       response.device(), t.queue_us(), t.input_us(), t.compute_us(), t.output_us(), t.total_us());
+  // Stored inputs that lived on other devices than the one the graph ran on, and outputs kept
+  // on another device than it.
+  if (response.peer_copy_bytes() != 0 || t.peer_copy_us() != 0) {
+    std::cout << absl::StrFormat("peer copies: %s in %.1f us\n",
+                                 FormatBytes(response.peer_copy_bytes()), t.peer_copy_us());
+  }
   // Whether the nodes ran as one CUDA graph (the server's --graph_cache); nothing when they did not.
   switch (response.graph()) {
     case v1::GRAPH_CAPTURED: std::cout << "CUDA graph: captured from this request\n"; break;

@@ -9,6 +9,9 @@ the JSON path named, exit 1) and usage errors (exit 2). cli_ux_checks.py adds wh
 one-line usage errors, JSON numbers, OS reasons and line:column, the progress bar on a terminal
 only, bench rows as measured, and the default deadlines against a server that never answers
 (these run in the background from the start, since they take the default's 30 s).
+cli_device_checks.py then runs against a second server of two CPU devices (--device=cpu:2):
+ops' device table, put --device and --shard, ls with shards, move, where a graph ran and its
+peer copies; and, in a test build, against a third whose cpu:1 fails (--test_fail_device).
 """
 
 import argparse
@@ -23,6 +26,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "support"))
 from e2e_script import Failure, check, logger, report_failure, start_opserve  # noqa: E402
+import cli_device_checks as devices  # noqa: E402 - beside this file
 import cli_ux_checks as ux  # noqa: E402 - beside this file
 
 FLOAT32_EPS = 2.0 ** -24
@@ -37,7 +41,8 @@ class Cli:
         self.last_pid = None  # of the last run: the client library names its shm objects by it
 
     def __call__(self, *args, code=0, target=True):
-        """target: True for the server's, False for none, or another HOST:PORT."""
+        """target: True for the server's, False for none, or another HOST:PORT; code: the exit
+        status expected, None for any."""
         if target is True:
             target = self.target
         argv = [self.binary] + ([f"--target={target}"] if target else []) + list(args)
@@ -51,10 +56,10 @@ class Cli:
                 raise
         done = subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
         shown = " ".join(args)
-        check(done.returncode == code,
+        check(code is None or done.returncode == code,
               f"`opserve-cli {shown}` exited {done.returncode}, expected {code}\n"
               f"stdout: {done.stdout}\nstderr: {done.stderr}")
-        log(f"opserve-cli {shown}: exit {code}")
+        log(f"opserve-cli {shown}: exit {done.returncode}")
         return done.stdout, done.stderr
 
 
@@ -180,6 +185,21 @@ def exercise_all(cli, work, demo, deadlines):
     cli("rm", "A")
 
 
+def stop(server):
+    server.send_signal(signal.SIGTERM)
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+
+
+def has_test_hooks(opserve):
+    """Whether this server build takes the test-only flags (OPSERVE_TEST_HOOKS)."""
+    done = subprocess.run([opserve, "--help"], capture_output=True, text=True)
+    return "--test_fail_device" in done.stdout + done.stderr
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cli", required=True)
@@ -187,8 +207,19 @@ def main():
     parser.add_argument("--examples", required=True)
     parser.add_argument("--work-dir", required=True)
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--multi-device", default="cpu:2",
+                        help="the --device of the server the device checks run against")
     args = parser.parse_args()
-    server = None
+    servers = []
+
+    def start(name, device, *extra):
+        server, port = start_opserve(args.opserve, device,
+                                     os.path.join(args.work_dir, f"{name}.log"), extra)
+        servers.append(server)
+        cli = Cli(args.cli, f"127.0.0.1:{port}", args.work_dir)
+        wait_healthy(cli, server, time.monotonic() + 60)
+        return cli
+
     try:
         shutil.rmtree(args.work_dir, ignore_errors=True)
         os.makedirs(args.work_dir)
@@ -198,22 +229,26 @@ def main():
                         "--out", args.work_dir], check=True)
         shutil.copy(os.path.join(args.examples, "demo_graph.json"), args.work_dir)
 
-        server, port = start_opserve(args.opserve, args.device,
-                                     os.path.join(args.work_dir, "opserve.log"))
-        cli = Cli(args.cli, f"127.0.0.1:{port}", args.work_dir)
-        wait_healthy(cli, server, time.monotonic() + 60)
-        exercise(cli, args.work_dir, demo)
+        exercise(start("opserve", args.device), args.work_dir, demo)
+        stop(servers.pop())
+
+        devices.exercise(start("opserve_devices", args.multi_device), args.work_dir, demo)
+        log(f"--device={args.multi_device}: ops, put --device/--shard, ls, move, run's device and "
+            "peer copies")
+        stop(servers.pop())
+        if has_test_hooks(args.opserve):
+            devices.check_failed_device(
+                start("opserve_failed_device", args.multi_device, "--test_fail_device=cpu:1"),
+                args.work_dir)
+            log("a failed device: ops shows it out with its error, the other keeps serving")
+        else:
+            log("no test hooks in this build: the failed-device checks did not run")
     except Exception as e:  # noqa: BLE001 - every failure is reported the same way
         report_failure(log, e)
         return 1
     finally:
-        if server is not None:
-            server.send_signal(signal.SIGTERM)
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+        for server in servers:
+            stop(server)
     log("PASSED")
     return 0
 

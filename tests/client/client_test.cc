@@ -1,6 +1,6 @@
 // The client library against the real `opserve` binary (CPU backend, started per test through
 // tests/e2e/server_process.h): chunked transfers and their progress, status mapping, bearer
-// tokens, deadlines, idle timeouts and health.
+// tokens, deadlines, idle timeouts and health; placement, shards and moves on two CPU devices.
 //
 // Mock nothing that can run here. The in-process fake (fake_opserve.h) remains only for what the
 // real server cannot be made to do:
@@ -87,11 +87,12 @@ class ClientTest : public ::testing::Test {
  protected:
   void SetUp() override { Start({}); }
 
-  void Start(std::vector<std::string> flags, ClientOptions options = {}) {
+  void Start(std::vector<std::string> flags, ClientOptions options = {},
+             const std::string& device = "cpu") {
     client_.reset();
     server_.reset();
     std::vector<std::string> all = {"--host=127.0.0.1", "--port=0", "--metrics_port=-1",
-                                    "--device=cpu"};
+                                    "--device=" + device};
     all.insert(all.end(), flags.begin(), flags.end());
     auto server = e2e::ServerProcess::Start(e2e::OpserveBinary(), all);
     ASSERT_TRUE(server.ok()) << server.status();
@@ -373,6 +374,86 @@ TEST_F(ClientTest, ModelInferReturnsOnlyOnceTheServerIsDoneWithTheBytes) {
 
 // A per-call timeout shorter than the work: two 768^3 matmuls on the CPU backend take far more
 // than 50 ms. The client's default (none here) is untouched by it.
+// A server of two CPU devices (--device=cpu:2): placement, sharding and moves.
+class MultiDeviceClientTest : public ClientTest {
+ protected:
+  void SetUp() override { Start({}, {}, "cpu:2"); }
+};
+
+TEST_F(MultiDeviceClientTest, PutsWhereAskedAndMoves) {
+  const HostTensor tensor = Pattern(v1::INT32, {4, 8});
+  absl::StatusOr<v1::TensorInfo> info =
+      client_->PutTensor("a", tensor, false, Placement{.device = "cpu:1"});
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->device(), "cpu:1");
+  EXPECT_EQ(info->shards_size(), 0);
+  info = client_->PutTensorShm("b", tensor, false, Placement{.device = "cpu:0"});
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->device(), "cpu:0");
+
+  absl::StatusOr<v1::MoveTensorResponse> moved = client_->MoveTensor("a", "cpu:0");
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_EQ(moved->info().device(), "cpu:0");
+  EXPECT_EQ(moved->bytes(), tensor.data.size());
+  EXPECT_GE(moved->seconds(), 0);
+  moved = client_->MoveTensor("a", "cpu:0");
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_EQ(moved->bytes(), 0u);  // there already
+  absl::StatusOr<std::vector<v1::TensorInfo>> listed = client_->ListTensors();
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->size(), 2u);
+  EXPECT_EQ((*listed)[0].device(), "cpu:0");
+  absl::StatusOr<HostTensor> back = client_->GetTensor("a");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->data == tensor.data);
+}
+
+TEST_F(MultiDeviceClientTest, ShardsByRows) {
+  // 5 rows over 2 devices: 3 on the first, 2 on the second.
+  const HostTensor tensor = Pattern(v1::FLOAT32, {5, 3});
+  absl::StatusOr<v1::TensorInfo> info =
+      client_->PutTensor("s", tensor, false, Placement{.shard = true});
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->device(), "cpu:0,cpu:1");
+  ASSERT_EQ(info->shards_size(), 2);
+  EXPECT_EQ(info->shards(0).device(), "cpu:0");
+  EXPECT_EQ(info->shards(0).row_begin(), 0);
+  EXPECT_EQ(info->shards(0).rows(), 3);
+  EXPECT_EQ(info->shards(0).bytes(), 36u);
+  EXPECT_EQ(info->shards(1).device(), "cpu:1");
+  EXPECT_EQ(info->shards(1).row_begin(), 3);
+  EXPECT_EQ(info->shards(1).rows(), 2);
+  absl::StatusOr<HostTensor> back = client_->GetTensor("s");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->data == tensor.data);
+
+  absl::StatusOr<v1::MoveTensorResponse> gathered = client_->MoveTensor("s", "cpu:1");
+  ASSERT_TRUE(gathered.ok()) << gathered.status();
+  EXPECT_EQ(gathered->info().device(), "cpu:1");
+  EXPECT_EQ(gathered->info().shards_size(), 0);
+  back = client_->GetTensor("s");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->data == tensor.data);
+}
+
+TEST_F(MultiDeviceClientTest, PlacementMistakesKeepTheServersCode) {
+  absl::Status status =
+      client_->PutTensor("x", Pattern(v1::FLOAT32, {2, 2}), false, Placement{.device = "cpu:7"})
+          .status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr("cpu:7"));
+  status = client_->PutTensor("v", Pattern(v1::FLOAT32, {4}), false, Placement{.shard = true})
+               .status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  status = client_->MoveTensor("nope", "cpu:0").status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr("nope"));
+  ASSERT_TRUE(client_->PutTensor("y", Pattern(v1::FLOAT32, {2}), false).ok());
+  status = client_->MoveTensor("y", "cpu:9").status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr("cpu:9"));
+}
+
 TEST_F(ClientTest, PerCallDeadline) {
   ASSERT_TRUE(client_->PutTensor("a", Pattern(v1::BFLOAT16, {768, 768}), false).ok());
   v1::ExecuteRequest request;

@@ -84,6 +84,20 @@ TEST_F(GraphJsonTest, ParsesProtoJson) {
   EXPECT_EQ(request->outputs(1).store_as(), "AB");
 }
 
+// An output's "device" names where store_as keeps it, on a server of several devices.
+TEST_F(GraphJsonTest, OutputsTakeADevice) {
+  absl::StatusOr<v1::ExecuteRequest> request = LoadGraphFile(WriteGraph(R"({
+    "nodes": [{"id": "t", "op": "transpose", "inputs": [{"stored": "A"}]}],
+    "outputs": [{"node": "t", "storeAs": "AT", "device": "cuda:1"},
+                {"node": "t", "return_inline": true}]
+  })"));
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_EQ(request->outputs(0).device(), "cuda:1");
+  EXPECT_EQ(request->outputs(1).device(), "");
+  ExpectError(R"({"outputs": [{"node": "t", "device": 1}]})", absl::StatusCode::kInvalidArgument,
+              {"device"});
+}
+
 TEST_F(GraphJsonTest, AcceptsProtoFieldNames) {
   absl::StatusOr<v1::ExecuteRequest> request = LoadGraphFile(WriteGraph(R"({
     "nodes": [{"id": "t", "op": "transpose", "inputs": [{"inline_name": "B"}]}],

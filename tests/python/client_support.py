@@ -77,11 +77,12 @@ class ServerTestCase(unittest.TestCase):
     """One server for the whole class: starting one per test would cost more than the tests."""
 
     server_args = ()
+    server_device = "cpu"  # its --device: "cpu:2" for two CPU devices
 
     @classmethod
     def setUpClass(cls):
         cls.work_dir = work_dir(cls.__name__)
-        cls.server = Server(cls.work_dir, cls.server_args)
+        cls.server = Server(cls.work_dir, cls.server_args, device=cls.server_device)
 
     @classmethod
     def tearDownClass(cls):

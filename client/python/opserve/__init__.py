@@ -14,6 +14,10 @@
         client.delete("quickstart_A")
 
 Every op the server lists (client.ops()) is a Graph method, g.<op>(...), or g.op(name, ...).
+A server of several devices: client.devices() lists them; put(..., device="cuda:1") places a
+tensor, put(..., shard=True) splits a matrix by rows over all of them, move(name, device) moves
+one, g.output(..., store_as=, device=) keeps a result on one; a RunResult says where it ran
+(device) and what it copied between devices (peer_copy_bytes, peer_copy_us).
 Also: saved graphs (save_graph, graphs, run_saved, delete_graph), shm=True on put, get and run
 for a server on this host, session=, a 30 s deadline on calls that neither run a graph nor
 stream a tensor (unary_timeout=), and retries on RESOURCE_EXHAUSTED / UNAVAILABLE (retry=).
@@ -29,14 +33,16 @@ from opserve.client import Client
 from opserve.dtypes import DType, bfloat16_bits_to_float32, float32_to_bfloat16_bits
 from opserve.errors import OpserveError
 from opserve.graph import Graph, Node, Ref
-from opserve.types import (AlgorithmInfo, GraphInfo, GraphTensor, NodeResult, OpInfo, OpsInfo,
-                           RunResult, SavedRunResult, TensorInfo, Timing, format_table)
+from opserve.types import (AlgorithmInfo, DeviceInfo, GraphInfo, GraphTensor, MoveResult,
+                           NodeResult, OpInfo, OpsInfo, RunResult, SavedRunResult, TensorInfo,
+                           TensorShard, Timing, format_table)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AlgorithmInfo", "Client", "aio", "DEFAULT_CHUNK_BYTES", "DType", "Graph", "GraphInfo",
-    "GraphTensor", "Node", "NodeResult", "OpInfo", "OpsInfo", "OpserveError", "Ref", "Retry",
-    "RunResult", "SavedRunResult", "TLS", "TensorInfo", "Timing", "bfloat16_bits_to_float32",
-    "float32_to_bfloat16_bits", "format_table",
+    "AlgorithmInfo", "Client", "aio", "DEFAULT_CHUNK_BYTES", "DType", "DeviceInfo", "Graph",
+    "GraphInfo", "GraphTensor", "MoveResult", "Node", "NodeResult", "OpInfo", "OpsInfo",
+    "OpserveError", "Ref", "Retry", "RunResult", "SavedRunResult", "TLS", "TensorInfo",
+    "TensorShard", "Timing", "bfloat16_bits_to_float32", "float32_to_bfloat16_bits",
+    "format_table",
 ]

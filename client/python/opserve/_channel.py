@@ -50,6 +50,8 @@ _METHODS = {
                       "DeleteTensorResponse"),
     "list_tensors": ("unary_unary", "/opserve.v1.OpServe/ListTensors", "ListTensorsRequest",
                      "ListTensorsResponse"),
+    "move_tensor": ("unary_unary", "/opserve.v1.OpServe/MoveTensor", "MoveTensorRequest",
+                    "MoveTensorResponse"),
     "execute": ("unary_unary", "/opserve.v1.OpServe/Execute", "ExecuteRequest", "ExecuteResponse"),
     "list_ops": ("unary_unary", "/opserve.v1.OpServe/ListOps", "ListOpsRequest", "ListOpsResponse"),
     "save_graph": ("unary_unary", "/opserve.v1.OpServe/SaveGraph", "SaveGraphRequest",

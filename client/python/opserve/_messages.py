@@ -17,6 +17,20 @@ from opserve.types import NodeResult, RunResult, SavedRunResult, TensorInfo, Tim
 Progress = Callable[[int, int], None]
 
 
+class Placement:
+    """Where put places a tensor: PutTensorHeader.device and .shard, checked before sending."""
+
+    def __init__(self, name: str, device: Optional[str], shard: bool) -> None:
+        if device is not None and not isinstance(device, str):
+            raise TypeError(f"put {name!r}: device must be a device name such as 'cuda:1', "
+                            f"got {type(device).__name__}")
+        if shard and device:
+            raise ValueError(f"put {name!r}: shard=True spreads the tensor over every device; "
+                             f"it takes no device (got {device!r})")
+        self.device = device or ""
+        self.shard = bool(shard)
+
+
 class Upload:
     """PutTensor's stream: the header, then the data in chunks of at most chunk_bytes.
 
@@ -27,9 +41,11 @@ class Upload:
     """
 
     def __init__(self, name: str, dtype: DType, shape: Tuple[int, ...], wire: np.ndarray,
-                 overwrite: bool, chunk_bytes: int, progress: Optional[Progress]) -> None:
+                 overwrite: bool, placement: "Placement", chunk_bytes: int,
+                 progress: Optional[Progress]) -> None:
         self._header = pb.PutTensorHeader(name=name, dtype=to_number(dtype), shape=shape,
-                                          overwrite=overwrite)
+                                          overwrite=overwrite, device=placement.device,
+                                          shard=placement.shard)
         self._data = wire.reshape(-1).view(np.uint8)
         self._chunk_bytes = chunk_bytes
         self._progress = progress
@@ -113,18 +129,21 @@ def run_result(response: Any, raw_bfloat16: bool) -> RunResult:
     t = response.timing
     return RunResult(outputs=outputs,
                      nodes=tuple(NodeResult.from_proto(n) for n in response.nodes),
-                     timing=Timing(t.queue_us, t.input_us, t.compute_us, t.output_us, t.total_us),
+                     timing=Timing(t.queue_us, t.input_us, t.compute_us, t.output_us, t.total_us,
+                                   t.peer_copy_us),
                      stored=tuple(TensorInfo.from_proto(i) for i in response.stored),
                      device=response.device,
                      graph=pb.graph_replay_name.get(response.graph, str(response.graph)),
-                     batch_size=response.batch_size or 1)
+                     batch_size=response.batch_size or 1,
+                     peer_copy_bytes=response.peer_copy_bytes)
 
 
 def put_header(name: str, dtype: DType, shape: Tuple[int, ...], overwrite: bool,
-               shm: Any) -> Any:
+               placement: Placement, shm: Any) -> Any:
     """PutTensor's whole stream when the bytes are in a region: the header alone."""
     return pb.PutTensorRequest(header=pb.PutTensorHeader(
-        name=name, dtype=to_number(dtype), shape=shape, overwrite=overwrite, shm=shm))
+        name=name, dtype=to_number(dtype), shape=shape, overwrite=overwrite,
+        device=placement.device, shard=placement.shard, shm=shm))
 
 
 def stores_only_with_overwrite(request: Any) -> bool:

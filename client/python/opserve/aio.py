@@ -23,7 +23,8 @@ from opserve._retry import Retry
 from opserve.dtypes import DTypeLike, encode
 from opserve.errors import OpserveError, from_rpc_error
 from opserve.graph import Graph
-from opserve.types import GraphInfo, OpsInfo, RunResult, SavedRunResult, TensorInfo
+from opserve.types import (DeviceInfo, GraphInfo, MoveResult, OpsInfo, RunResult,
+                           SavedRunResult, TensorInfo)
 
 T = TypeVar("T")
 
@@ -65,16 +66,22 @@ class Client:
         return OpsInfo.from_proto(await self._unary(self._stubs.list_ops, pb.ListOpsRequest(),
                                                     timeout))
 
+    async def devices(self, timeout: Optional[float] = None) -> Tuple[DeviceInfo, ...]:
+        """As opserve.Client.devices."""
+        return (await self.ops(timeout)).devices
+
     async def put(self, name: str, array: Any, overwrite: bool = False,
                   dtype: Optional[DTypeLike] = None, cast: bool = False, shm: bool = False,
                   progress: Optional[_messages.Progress] = None,
-                  timeout: Optional[float] = None) -> TensorInfo:
+                  timeout: Optional[float] = None, device: Optional[str] = None,
+                  shard: bool = False) -> TensorInfo:
         """As opserve.Client.put."""
+        placement = _messages.Placement(name, device, shard)
         dt, shape, wire = encode(_cast.prepare(array, dtype, cast, f"put {name!r}"), dtype)
         if shm:
             async with self._region(wire.nbytes, timeout, "put") as region:
                 region.write(0, wire.reshape(-1).view(np.uint8))
-                request = _messages.put_header(name, dt, shape, overwrite,
+                request = _messages.put_header(name, dt, shape, overwrite, placement,
                                                region.ref(0, wire.nbytes))
                 response = await self._unary(self._stubs.put_tensor, lambda: iter((request,)),
                                              timeout, unary=False, safe=overwrite)
@@ -83,8 +90,8 @@ class Client:
             return TensorInfo.from_proto(response.info, response.seconds)
 
         async def attempt(remaining: Optional[float]) -> TensorInfo:
-            upload = _messages.Upload(name, dt, shape, wire, overwrite, self._config.chunk_bytes,
-                                      progress)
+            upload = _messages.Upload(name, dt, shape, wire, overwrite, placement,
+                                      self._config.chunk_bytes, progress)
             try:
                 response = await self._stubs.put_tensor(upload.requests(), timeout=remaining,
                                                         metadata=self._config.metadata)
@@ -128,6 +135,12 @@ class Client:
         """As opserve.Client.list."""
         response = await self._unary(self._stubs.list_tensors, pb.ListTensorsRequest(), timeout)
         return [TensorInfo.from_proto(t) for t in response.tensors]
+
+    async def move(self, name: str, device: str, timeout: Optional[float] = None) -> MoveResult:
+        """As opserve.Client.move."""
+        response = await self._unary(self._stubs.move_tensor,
+                                     pb.MoveTensorRequest(name=name, device=device), timeout)
+        return MoveResult.from_proto(response)
 
     async def run(self, graph: Graph, raw_bfloat16: bool = False, shm: bool = False,
                   timeout: Optional[float] = None) -> RunResult:

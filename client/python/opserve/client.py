@@ -16,7 +16,8 @@ from opserve._retry import Retry
 from opserve.dtypes import DTypeLike, encode
 from opserve.errors import OpserveError, from_rpc_error
 from opserve.graph import Graph
-from opserve.types import GraphInfo, OpsInfo, RunResult, SavedRunResult, TensorInfo
+from opserve.types import (DeviceInfo, GraphInfo, MoveResult, OpsInfo, RunResult,
+                           SavedRunResult, TensorInfo)
 
 T = TypeVar("T")
 
@@ -73,10 +74,16 @@ class Client:
         """The backend, its device, and each op with its dtypes and algorithms."""
         return OpsInfo.from_proto(self._unary(self._stubs.list_ops, pb.ListOpsRequest(), timeout))
 
+    def devices(self, timeout: Optional[float] = None) -> Tuple[DeviceInfo, ...]:
+        """The server's devices: name, memory used, budget and total, whether it serves
+        (ops().devices)."""
+        return self.ops(timeout).devices
+
     def put(self, name: str, array: Any, overwrite: bool = False,
             dtype: Optional[DTypeLike] = None, cast: bool = False, shm: bool = False,
             progress: Optional[_messages.Progress] = None,
-            timeout: Optional[float] = None) -> TensorInfo:
+            timeout: Optional[float] = None, device: Optional[str] = None,
+            shard: bool = False) -> TensorInfo:
         """Stores `array` on the server under `name`, streamed in chunks.
 
         dtype: by default the array's own, which must be float32, int32 or int64; "bfloat16"
@@ -87,13 +94,18 @@ class Client:
         shm: move the bytes through a shared-memory region instead of the socket (the server
         must be on this host).
         progress: progress(sent_bytes, total_bytes), called after each chunk.
+        device: the server's device to keep it on ("cuda:1", "cpu:0"; as devices() names
+        them); None: the serving device with the most free memory.
+        shard: split a [rows, cols] array by rows over every serving device (no device then);
+        the result's `shards` says which rows went where.
         The result's `seconds` is the server's time from the header to the commit.
         """
+        placement = _messages.Placement(name, device, shard)
         dt, shape, wire = encode(_cast.prepare(array, dtype, cast, f"put {name!r}"), dtype)
         if shm:
             with self._region(wire.nbytes, timeout, "put") as region:
                 region.write(0, wire.reshape(-1).view(np.uint8))
-                request = _messages.put_header(name, dt, shape, overwrite,
+                request = _messages.put_header(name, dt, shape, overwrite, placement,
                                                region.ref(0, wire.nbytes))
                 # A fresh stream of the one header for each try.
                 response = self._unary(self._stubs.put_tensor, lambda: iter((request,)), timeout,
@@ -103,8 +115,8 @@ class Client:
             return TensorInfo.from_proto(response.info, response.seconds)
 
         def attempt(remaining: Optional[float]) -> TensorInfo:
-            upload = _messages.Upload(name, dt, shape, wire, overwrite, self._config.chunk_bytes,
-                                      progress)
+            upload = _messages.Upload(name, dt, shape, wire, overwrite, placement,
+                                      self._config.chunk_bytes, progress)
             try:
                 response = self._stubs.put_tensor(upload.requests(), timeout=remaining,
                                                   metadata=self._config.metadata)
@@ -153,6 +165,14 @@ class Client:
         """The stored tensors (this token's, when the server has tokens)."""
         response = self._unary(self._stubs.list_tensors, pb.ListTensorsRequest(), timeout)
         return [TensorInfo.from_proto(t) for t in response.tensors]
+
+    def move(self, name: str, device: str, timeout: Optional[float] = None) -> MoveResult:
+        """Moves the stored tensor `name` to `device` (a sharded one is gathered there): where it
+        lives now (`info`), the bytes copied between devices (0: it was there already) and the
+        server's time for it. Graphs that read it meanwhile see the old copy or the new one."""
+        response = self._unary(self._stubs.move_tensor,
+                               pb.MoveTensorRequest(name=name, device=device), timeout)
+        return MoveResult.from_proto(response)
 
     def run(self, graph: Graph, raw_bfloat16: bool = False, shm: bool = False,
             timeout: Optional[float] = None) -> RunResult:

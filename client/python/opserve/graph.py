@@ -136,21 +136,26 @@ class Graph:
 
     # ---- outputs ----
     def output(self, node: Node, name: Optional[str] = None, store_as: Optional[str] = None,
-               overwrite: bool = False, return_inline: bool = True) -> Node:
+               overwrite: bool = False, return_inline: bool = True,
+               device: Optional[str] = None) -> Node:
         """Asks for a node's result: returned (under `name`, default the node's id), kept on the
         server under `store_as` (replacing a tensor of that name only with overwrite), or both.
+        device: the device store_as keeps it on ("cuda:1"); None: where the node ran.
         """
         if not isinstance(node, Node) or node._graph is not self:
             raise ValueError(f"output: {node!r} is not a node of this graph")
         if not return_inline and not store_as:
             raise ValueError(f"output {node.name!r}: neither returned nor stored")
+        if device and not store_as:
+            raise ValueError(f"output {node.name!r}: device={device!r} places what store_as "
+                             "keeps; this output stores nothing")
         if name is not None and name != node.name:
             if node.named or any(spec[0] is node for spec in self._outputs):
                 raise ValueError(f"output: node {node.name!r} already has that name; "
                                  f"cannot also be {name!r}")
             node.name = name
             node.named = True
-        self._outputs.append((node, return_inline, store_as or "", overwrite))
+        self._outputs.append((node, return_inline, store_as or "", overwrite, device or ""))
         return node
 
     def to_request(self) -> Any:
@@ -167,7 +172,7 @@ class Graph:
                 node.attrs[key].CopyFrom(_attr(key, value))
         for name, tensor in self._inline.items():
             request.inline_tensors[name].CopyFrom(tensor)
-        for node, return_inline, store_as, overwrite in self._outputs:
+        for node, return_inline, store_as, overwrite, device in self._outputs:
             request.outputs.add(node=node.name, return_inline=return_inline, store_as=store_as,
-                                overwrite=overwrite)
+                                overwrite=overwrite, device=device)
         return request

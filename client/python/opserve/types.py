@@ -12,6 +12,16 @@ from opserve.dtypes import DType, from_number
 
 
 @dataclass(frozen=True)
+class TensorShard:
+    """One part of a sharded tensor: rows [row_begin, row_begin + rows) of it, on `device`."""
+
+    device: str
+    row_begin: int
+    rows: int
+    bytes: int
+
+
+@dataclass(frozen=True)
 class TensorInfo:
     """A tensor stored on the server."""
 
@@ -19,14 +29,36 @@ class TensorInfo:
     dtype: DType
     shape: Tuple[int, ...]
     bytes: int
-    device: str  # e.g. "cpu" or "cuda:0"
+    # Where it lives: "cpu", "cpu:1", "cuda:0"; a sharded tensor's devices comma-separated
+    # ("cuda:0,cuda:1"), its parts in `shards`.
+    device: str
     # put only: the server's time from the header to the commit (PutTensorResponse.seconds).
     seconds: float = field(default=0.0, compare=False)
+    shards: Tuple[TensorShard, ...] = ()  # empty unless sharded (put(..., shard=True))
 
     @classmethod
     def from_proto(cls, info, seconds: float = 0.0) -> "TensorInfo":
+        shards = tuple(TensorShard(s.device, s.row_begin, s.rows, s.bytes) for s in info.shards)
         return cls(info.name, from_number(info.dtype), tuple(info.shape), info.bytes, info.device,
-                   seconds)
+                   seconds, shards)
+
+    @property
+    def sharded(self) -> bool:
+        return bool(self.shards)
+
+
+@dataclass(frozen=True)
+class MoveResult:
+    """What Client.move returns: where the tensor lives now, the bytes copied between devices
+    (0: it was there already) and the server's time for it."""
+
+    info: TensorInfo
+    bytes: int
+    seconds: float
+
+    @classmethod
+    def from_proto(cls, response) -> "MoveResult":
+        return cls(TensorInfo.from_proto(response.info), response.bytes, response.seconds)
 
 
 @dataclass(frozen=True)
@@ -48,12 +80,34 @@ class OpInfo:
 
 
 @dataclass(frozen=True)
+class DeviceInfo:
+    """One device the server serves (ListOpsResponse.devices)."""
+
+    name: str         # "cuda:0", "cpu:1": what put(device=), move() and output(device=) take
+    description: str  # e.g. "cuda:0 NVIDIA H100 80GB HBM3 (sm_90)"
+    capability: str   # "sm_90"; "cpu" on the CPU backend
+    memory_total: int
+    memory_budget: int  # what the server may hold on it (its --memory_budget, per device)
+    memory_used: int
+    serving: bool       # False once a sticky device error took it out
+    error: str          # why not serving
+    algorithms: Tuple[str, ...]  # the "op/algorithm" rows it runs
+
+    @classmethod
+    def from_proto(cls, d) -> "DeviceInfo":
+        return cls(d.name, d.description, d.capability, d.memory_total, d.memory_budget,
+                   d.memory_used, d.serving, d.error, tuple(d.algorithms))
+
+
+@dataclass(frozen=True)
 class OpsInfo:
-    """ListOps: the backend ("cpu" or "cuda"), its device and its ops."""
+    """ListOps: the backend ("cpu" or "cuda"), its first device's description, its ops (what
+    any device runs) and every device it serves."""
 
     backend: str
     device: str
     ops: Tuple[OpInfo, ...]
+    devices: Tuple[DeviceInfo, ...] = ()
 
     @classmethod
     def from_proto(cls, response) -> "OpsInfo":
@@ -65,7 +119,8 @@ class OpsInfo:
                                        a.description) for a in op.algorithms),
                    op.default_algorithm, op.description)
             for op in response.ops)
-        return cls(response.backend, response.device, ops)
+        return cls(response.backend, response.device, ops,
+                   tuple(DeviceInfo.from_proto(d) for d in response.devices))
 
     def op(self, name: str) -> OpInfo:
         """The op of that name; KeyError when the server has none."""
@@ -110,6 +165,9 @@ class Timing:
     compute_us: float  # running the nodes (under load, also the wait for the request before it)
     output_us: float   # downloading returned tensors, storing kept ones
     total_us: float    # from the handler's receipt to the response
+    # Copies between devices: stored inputs from other devices than the one the graph ran on,
+    # outputs kept on another (OutputSpec.device).
+    peer_copy_us: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -120,16 +178,23 @@ class RunResult:
     nodes: Tuple[NodeResult, ...]   # in execution order
     timing: Timing
     stored: Tuple[TensorInfo, ...]  # outputs kept on the server (store_as)
-    device: str
+    device: str  # where it ran ("cpu:1"); a sharded run: its devices, "cpu:0,cpu:1"
     # How the kernels ran (ExecuteResponse.graph): "GRAPH_NOT_USED", "GRAPH_CAPTURED",
     # "GRAPH_REPLAYED" or "GRAPH_REBOUND" (a CUDA graph on the GPU; see the README's --graph_cache).
     graph: str = "GRAPH_NOT_USED"
     # Requests that ran as one launch with this one, itself included (the server's
     # --max_batch_size): 1 when it ran alone. They share input_us, compute_us and output_us.
     batch_size: int = 1
+    # Bytes copied between devices: stored inputs from other devices, outputs kept on another
+    # (timing.peer_copy_us: how long it took).
+    peer_copy_bytes: int = 0
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.outputs[name]
+
+    @property
+    def peer_copy_us(self) -> float:
+        return self.timing.peer_copy_us
 
     @property
     def kernel_us(self) -> float:
@@ -141,10 +206,14 @@ class RunResult:
         kernels' total below it), the request's timing line and how its kernels ran, as
         opserve-cli run prints them."""
         t = self.timing
+        peer = ""
+        if self.peer_copy_bytes or t.peer_copy_us:
+            peer = (f"peer copies: {format_bytes(self.peer_copy_bytes)} in "
+                    f"{t.peer_copy_us:.1f} us\n")
         graph = _GRAPH_LINES.get(self.graph, "")
         return (format_table(self.nodes) + f"\ndevice {self.device}: queue {t.queue_us:.1f} us, "
                 f"input {t.input_us:.1f} us, compute {t.compute_us:.1f} us, "
-                f"output {t.output_us:.1f} us, total {t.total_us:.1f} us\n" + graph)
+                f"output {t.output_us:.1f} us, total {t.total_us:.1f} us\n" + peer + graph)
 
     def print_table(self, file: Optional[TextIO] = None) -> None:
         print(self.table(), end="", file=file or sys.stdout)
@@ -170,6 +239,18 @@ _COLUMNS = (
     ("GFLOP/s", True, lambda n: f"{n.gflops:.2f}"),
     ("fused into", False, lambda n: n.fused_into),
 )
+
+
+def format_bytes(n: int) -> str:
+    """A byte count as opserve-cli writes it: "80 B", "12.0 KiB", "1.00 GiB"."""
+    if n < 1024:
+        return f"{n} B"
+    value = float(n)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        value /= 1024
+        if value < 1024 or unit == "TiB":
+            return f"{value:.2f} {unit}" if value < 10 else f"{value:.1f} {unit}"
+    raise AssertionError("unreachable")
 
 
 def format_table(nodes: Sequence[NodeResult]) -> str:
