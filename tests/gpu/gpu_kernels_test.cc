@@ -125,9 +125,9 @@ std::string RandomBytes(const TensorMeta& meta, uint64_t salt) {
 class GpuSuite : public testing::Test {
  protected:
   static void SetUpTestSuite() {
-    if (backend_ != nullptr || !ProbeCuda(0).ok()) return;
+    if (backend_ != nullptr || !ProbeCuda(gpu_suite::SuiteOrdinal()).ok()) return;
     // At the suite's cap, if any: the rows above it are skipped as on a GPU of that capability.
-    auto b = MakeCudaBackend(0, 0, gpu_suite::SuiteCap());
+    auto b = MakeCudaBackend(gpu_suite::SuiteOrdinal(), 0, gpu_suite::SuiteCap());
     if (!b.ok()) return;
     backend_ = b->release();
     env_ = backend_->NewExecEnv()->release();
@@ -244,7 +244,7 @@ void RunBoth(Backend& backend, ExecEnv& env, ExecEnv& cpu_env, const AlgoSpec& a
 
 TEST_P(GpuKernelTest, MatchesCpuReference) {
   const Case& c = GetParam();
-  if (backend_ == nullptr) GTEST_SKIP() << "no usable GPU: " << ProbeCuda(0).message();
+  if (backend_ == nullptr) GTEST_SKIP() << "no usable GPU: " << ProbeCuda(gpu_suite::SuiteOrdinal()).message();
   if (FindAlgorithm(c.algo->op, c.algo->name, *backend_) == nullptr) {
     GTEST_SKIP() << c.algo->name << " does not run at compute capability "
                  << ComputeCapabilityName(backend_->compute_capability()) << " ("
@@ -336,7 +336,7 @@ class GpuNaNTest : public GpuSuite, public testing::WithParamInterface<NaNCase> 
 
 TEST_P(GpuNaNTest, PropagatesAsTheReference) {
   const NaNCase& c = GetParam();
-  if (backend_ == nullptr) GTEST_SKIP() << "no usable GPU: " << ProbeCuda(0).message();
+  if (backend_ == nullptr) GTEST_SKIP() << "no usable GPU: " << ProbeCuda(gpu_suite::SuiteOrdinal()).message();
   if (FindAlgorithm(c.algo->op, c.algo->name, *backend_) == nullptr) {
     GTEST_SKIP() << c.algo->name << " does not run at compute capability "
                  << ComputeCapabilityName(backend_->compute_capability());
@@ -389,8 +389,8 @@ GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(GpuNaNTest);
 // FLOAT32 sum: every algorithm the table calls deterministic, and what auto resolves to, must give
 // the same bits for the same input, run after run (a float sum's bits depend on its order).
 TEST(GpuDeterminism, Float32SumsAreBitwiseRepeatable) {
-  if (!ProbeCuda(0).ok()) GTEST_SKIP() << "no usable GPU: " << ProbeCuda(0).message();
-  auto backend = MakeCudaBackend(0, 0, gpu_suite::SuiteCap());
+  if (!ProbeCuda(gpu_suite::SuiteOrdinal()).ok()) GTEST_SKIP() << "no usable GPU: " << ProbeCuda(gpu_suite::SuiteOrdinal()).message();
+  auto backend = MakeCudaBackend(gpu_suite::SuiteOrdinal(), 0, gpu_suite::SuiteCap());
   ASSERT_TRUE(backend.ok()) << backend.status();
   auto env = (*backend)->NewExecEnv();
   ASSERT_TRUE(env.ok());
@@ -444,8 +444,8 @@ TEST(GpuDeterminism, Float32SumsAreBitwiseRepeatable) {
 // request's time, before this one's start). In the GPU suite's sanitizer runs too
 // (scripts/gpu-suite.sh).
 TEST(GpuGraphMarks, ReplaysCopyWithAKernelAndTimeWithTimestamps) {
-  if (!ProbeCuda(0).ok()) GTEST_SKIP() << "no usable GPU: " << ProbeCuda(0).message();
-  auto backend = MakeCudaBackend(0, 0, gpu_suite::SuiteCap(), /*graph_cache=*/4);
+  if (!ProbeCuda(gpu_suite::SuiteOrdinal()).ok()) GTEST_SKIP() << "no usable GPU: " << ProbeCuda(gpu_suite::SuiteOrdinal()).message();
+  auto backend = MakeCudaBackend(gpu_suite::SuiteOrdinal(), 0, gpu_suite::SuiteCap(), /*graph_cache=*/4);
   ASSERT_TRUE(backend.ok()) << backend.status();
   auto env = (*backend)->NewExecEnv();
   ASSERT_TRUE(env.ok()) << env.status();

@@ -1,4 +1,5 @@
-// The device the GPU suite tests: GPU 0 at the compute capability the suite runs at.
+// The device the GPU suite tests: the GPU $OPSERVE_TEST_DEVICE names (scripts/gpu-suite.sh
+// --device=cuda:1), else GPU 0, at the compute capability the suite runs at.
 //
 // scripts/gpu-suite.sh --max-cc=X.Y sets $OPSERVE_TEST_MAX_COMPUTE_CAPABILITY: every server the
 // suite starts gets --max_compute_capability=X.Y (tests/e2e/e2e_fixture.cc), and the in-process
@@ -16,6 +17,13 @@
 #include "server/ops/op.h"
 
 namespace opserve::gpu_suite {
+
+// The ordinal of the GPU under test: "cuda:N" in $OPSERVE_TEST_DEVICE, else 0.
+inline int SuiteOrdinal() {
+  const char* env = std::getenv("OPSERVE_TEST_DEVICE");
+  if (env == nullptr || std::string(env).rfind("cuda:", 0) != 0) return 0;
+  return std::atoi(env + 5);
+}
 
 // The suite's cap as major * 10 + minor; 0 when the suite runs uncapped. A value the server
 // would refuse fails the calling test.
@@ -36,8 +44,8 @@ class SuiteDevice final : public DeviceProperties {
  public:
   SuiteDevice() {
     int major = 0, minor = 0;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0) != cudaSuccess) {
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, SuiteOrdinal()) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, SuiteOrdinal()) != cudaSuccess) {
       (void)cudaGetLastError();
     }
     cc_ = major * 10 + minor;
