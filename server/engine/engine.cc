@@ -128,11 +128,24 @@ void Engine::MarkFailed(int i, const absl::Status& why) {
   bool none_left = true;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (devices_[i]->failed.ok()) {
-      devices_[i]->failed = absl::UnavailableError(
-          absl::StrCat("device ", devices_[i]->name, " is out of service: ", why.message()));
-      std::cerr << "opserve: " << devices_[i]->failed.message() << std::endl;
-      if (metrics_ != nullptr) metrics_->device(i).SetServing(false);
+    auto mark = [&](int d, absl::string_view message) {
+      if (!devices_[d]->failed.ok()) return;
+      devices_[d]->failed = absl::UnavailableError(
+          absl::StrCat("device ", devices_[d]->name, " is out of service: ", message));
+      std::cerr << "opserve: " << devices_[d]->failed.message() << std::endl;
+      if (metrics_ != nullptr) metrics_->device(d).SetServing(false);
+    };
+    const bool first = devices_[i]->failed.ok();
+    mark(i, why.message());
+    // A sticky CUDA error is the process's, not the GPU's: the runtime fails every later call on
+    // every device of the process (measured on two H200s: an illegal address on one GPU failed
+    // the next launch on the other). So every GPU goes out with it, saying why.
+    if (first && backend(i).name() == "cuda") {
+      for (int d = 0; d < num_devices(); ++d) {
+        if (d == i || backend(d).name() != "cuda") continue;
+        mark(d, absl::StrCat("a sticky CUDA error on ", devices_[i]->name, " (", why.message(),
+                             ") ends CUDA for every GPU of the process; restart the server"));
+      }
     }
     for (const auto& d : devices_) none_left = none_left && !d->failed.ok();
   }

@@ -2,7 +2,10 @@
 // faulty kernel would on the K-th request that runs there) stays on that device: the request
 // that hit it fails INTERNAL; from then on whatever needs that device answers UNAVAILABLE naming
 // it, and the other devices keep serving, alone and under concurrent load, with gRPC health
-// SERVING and ListOps / ServerMetadata saying which device is out and why.
+// SERVING and ListOps / ServerMetadata saying which device is out and why. That holds for
+// devices that share no process-wide state (the CPU devices). On GPUs a sticky CUDA error is the
+// process's: the runtime fails every later call on every GPU of the process, so a fault on one
+// GPU takes them all out, each saying why, and health turns NOT_SERVING (the last test).
 #include <algorithm>
 #include <map>
 #include <mutex>
@@ -64,10 +67,15 @@ class NodeFaultTest : public NodeTest {
   }
 };
 
+// Why the isolation tests do not run on GPUs.
+constexpr char kCudaFaultsAreProcessWide[] =
+    "a sticky CUDA error fails every GPU of the process (CudaStickyFaultEndsEveryGpu)";
+
 TEST_P(NodeFaultTest, AFaultedDeviceAnswersUnavailableAndTheOthersServe) {
 #if !OPSERVE_TEST_HOOKS
   GTEST_SKIP() << "opserve was built without OPSERVE_TEST_HOOKS";
 #endif
+  if (IsCuda()) GTEST_SKIP() << kCudaFaultsAreProcessWide;
   ASSERT_EQ(dev(1), FaultyDevice());
   const client::HostTensor x0 = RandomValues(v1::FLOAT32, {48, 40}, rng_);
   const client::HostTensor x1 = RandomValues(v1::FLOAT32, {48, 40}, rng_);
@@ -156,6 +164,7 @@ TEST_P(NodeFaultUnderLoadTest, RequestsOnHealthyDevicesAllSucceed) {
 #if !OPSERVE_TEST_HOOKS
   GTEST_SKIP() << "opserve was built without OPSERVE_TEST_HOOKS";
 #endif
+  if (IsCuda()) GTEST_SKIP() << kCudaFaultsAreProcessWide;
   ASSERT_EQ(dev(1), FaultyDevice());
   std::vector<client::HostTensor> x;
   for (int d = 0; d < n(); ++d) {
@@ -214,6 +223,38 @@ TEST_P(NodeFaultUnderLoadTest, RequestsOnHealthyDevicesAllSucceed) {
       << "only OK, INTERNAL and UNAVAILABLE: " << codes;
   EXPECT_TRUE(Serving());
   ExpectOnlyTheFaultyDeviceOut();
+}
+
+// On GPUs: the fault on one GPU takes every GPU of the process out, each naming the GPU where
+// it struck; health turns NOT_SERVING, and requests get UNAVAILABLE, not a crash or a hang.
+TEST_P(NodeFaultTest, CudaStickyFaultEndsEveryGpu) {
+#if !OPSERVE_TEST_HOOKS
+  GTEST_SKIP() << "opserve was built without OPSERVE_TEST_HOOKS";
+#endif
+  if (!IsCuda()) GTEST_SKIP() << "CUDA's process-wide sticky errors; CPU devices stay apart";
+  const client::HostTensor x = RandomValues(v1::FLOAT32, {48, 40}, rng_);
+  ASSERT_TRUE(node().Put("x0", x, {.device = dev(0)}).ok());
+  ASSERT_TRUE(node().Put("x1", x, {.device = dev(1)}).ok());
+  ASSERT_TRUE(node().Execute(OneNode("row_sum", {Stored("x1")})).ok());
+  EXPECT_TRUE(StatusIs(node().Execute(OneNode("row_sum", {Stored("x1")})).status(),
+                       Code::kInternal));
+  for (const std::string& d : devices()) {
+    SCOPED_TRACE(d);
+    const std::string name = d == dev(0) ? "x0" : "x1";
+    if (d != dev(0) && d != dev(1)) continue;
+    EXPECT_TRUE(StatusIs(node().Execute(OneNode("row_sum", {Stored(name)})).status(),
+                         Code::kUnavailable, {d}));
+  }
+  absl::StatusOr<v1::ListOpsResponse> ops = node().ListOps();
+  ASSERT_TRUE(ops.ok()) << ops.status();
+  for (const v1::DeviceInfo& d : ops->devices()) {
+    EXPECT_FALSE(d.serving()) << d.name();
+    if (d.name() != FaultyDevice()) {
+      EXPECT_NE(d.error().find(FaultyDevice()), std::string::npos)
+          << d.name() << " names the GPU where the fault struck: " << d.error();
+    }
+  }
+  EXPECT_FALSE(Serving()) << "no device serves: health is NOT_SERVING";
 }
 
 INSTANTIATE_NODE_TEST(NodeFaultTest);

@@ -118,7 +118,7 @@ TEST_F(GpuServiceTest, RoundTripsThroughGpuMemory) {
   EXPECT_TRUE(back->data == big.data);
   auto infos = client().ListTensors();
   ASSERT_TRUE(infos.ok());
-  for (const v1::TensorInfo& i : *infos) EXPECT_EQ(i.device(), "cuda:0");
+  for (const v1::TensorInfo& i : *infos) EXPECT_EQ(i.device(), ExpectedDevice());
 }
 
 // cuBLAS loads its kernels on first use: a fresh server's first 4096^3 FLOAT32 cuBLAS node took
