@@ -79,7 +79,8 @@ absl::Status PutAssembly::OnHeader(const v1::PutTensorHeader& h) {
     for (TensorShard& p : parts_) {
       const uint64_t bytes = p.buffer->bytes();
       if (bytes > 0) {
-        RETURN_IF_ERROR(engine_.backend(p.device).CopyIn(*p.buffer, r->data() + offset, bytes));
+        RETURN_IF_ERROR(engine_.backend(p.device).CopyIn(
+            *p.buffer, static_cast<const char*>(r->data()) + offset, bytes));
       }
       offset += bytes;
     }
