@@ -12,7 +12,6 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-using ::testing::IsEmpty;
 using ::testing::Pair;
 
 v1::DeviceInfo Device(const std::string& name, std::vector<std::string> algorithms) {
@@ -28,8 +27,8 @@ TEST(AlgorithmDevices, NothingWhenEveryDeviceRunsTheSameRows) {
   v1::ListOpsResponse ops;
   *ops.add_devices() = Device("cuda:0", {"matmul/cublas", "sum/tree"});
   *ops.add_devices() = Device("cuda:1", {"sum/tree", "matmul/cublas"});  // order does not count
-  EXPECT_THAT(AlgorithmDevices(ops), IsEmpty());
-  EXPECT_THAT(AlgorithmDevices(v1::ListOpsResponse()), IsEmpty());
+  EXPECT_TRUE(AlgorithmDevices(ops).empty());
+  EXPECT_TRUE(AlgorithmDevices(v1::ListOpsResponse()).empty());
 }
 
 TEST(AlgorithmDevices, NamesTheDevicesOfEachRowWhereTheyDiffer) {
