@@ -18,11 +18,21 @@ void ModelStats::Duration::Add(double us) {
   ns += static_cast<uint64_t>(std::llround(std::max(0.0, us) * 1e3));
 }
 
+void ModelStats::PruneIfGrown() {
+  if (records_.size() < prune_at_) return;
+  absl::erase_if(records_, [](const auto& entry) {
+    return entry.second.of_graph && entry.second.graph.expired();
+  });
+  prune_at_ = std::max<size_t>(1024, 2 * records_.size());
+}
+
 ModelStats::Record& ModelStats::Find(const StatsModel& model) {
+  PruneIfGrown();
   Record& r = records_[KeyOf(model)];
   if (model.graph != nullptr && r.graph.lock() != model.graph) {
     r = Record{};
     r.graph = model.graph;
+    r.of_graph = true;
   }
   return r;
 }

@@ -56,7 +56,8 @@ class ModelStats {
     void Add(double us);
   };
   struct Record {
-    std::weak_ptr<const SavedGraph> graph;  // the saved graph counted; empty for an op model
+    std::weak_ptr<const SavedGraph> graph;  // the saved graph counted
+    bool of_graph = false;                  // false: an op model's
     Duration success, fail, queue, input, infer, output;
     uint64_t last_inference_ms = 0;
     uint64_t inference_count = 0;
@@ -71,9 +72,14 @@ class ModelStats {
   }
   // The record of `model`, reset when it belonged to a graph that was replaced or deleted.
   Record& Find(const StatsModel& model);
+  // Drops the records of graphs that no longer exist, once the records have doubled since the
+  // last time: a tenant that saves and deletes graph after graph under new names would
+  // otherwise grow them without end.
+  void PruneIfGrown();
 
   mutable std::mutex mu_;
   absl::flat_hash_map<Key, Record> records_;
+  size_t prune_at_ = 1024;
 };
 
 }  // namespace opserve
