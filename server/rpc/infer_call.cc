@@ -1,6 +1,8 @@
 // ModelInfer: the call, from the gRPC thread to the engine and back. oip_convert.h turns the
-// request into the engine's Graph and the engine's result into the ModelInferResponse.
+// request into the engine's Graph and the engine's result into the ModelInferResponse; each
+// answer is counted in its model's statistics (model_stats.h).
 #include <memory>
+#include <optional>
 
 #include "server/rpc/graph_call.h"
 #include "server/rpc/inference_service.h"
@@ -13,8 +15,8 @@ class InferCall final : public GraphCall {
  public:
   InferCall(ServerCore& core, grpc::CallbackServerContext* ctx,
             const ParsedRequest<inference::ModelInferRequest>& parsed,
-            inference::ModelInferResponse* resp)
-      : GraphCall(core, ctx, "ModelInfer"), parsed_(parsed), resp_(resp) {}
+            inference::ModelInferResponse* resp, ModelStats& stats)
+      : GraphCall(core, ctx, "ModelInfer"), parsed_(parsed), resp_(resp), stats_(stats) {}
 
   // The graph views the request, the receive blocks its raw inputs came in (lifted_parse.h) and
   // what binding_ keeps (the saved graph, typed contents, the regions): all kept until the
@@ -22,6 +24,7 @@ class InferCall final : public GraphCall {
   void Start() {
     absl::StatusOr<std::string> tenant = Admit();
     if (!tenant.ok()) return Reply(tenant.status());
+    tenant_ = *tenant;
     absl::StatusOr<Graph> graph = oip::GraphFromInfer(parsed_, *tenant, core_, &binding_);
     if (!graph.ok()) return Reply(graph.status());
     core_.engine().Submit(MakeRequest(*std::move(tenant), *std::move(graph)));
@@ -31,6 +34,10 @@ class InferCall final : public GraphCall {
   void Done(std::unique_ptr<Request> request) override {
     const absl::Status s = request->status();
     if (s.ok()) {
+      const ExecuteResult& r = request->result();
+      times_ = {.queue_us = request->queue_us(), .input_us = r.input_us,
+                .compute_us = r.compute_us, .output_us = r.output_us,
+                .batch_size = r.batch_size};
       oip::ResultToInfer(std::move(request->result()), request->queue_us(), parsed_.message,
                          binding_, resp_);
     }
@@ -44,13 +51,42 @@ class InferCall final : public GraphCall {
     binding_.holds.clear();
     parsed_.ReleaseLifted();
     if (!s.ok()) resp_->Clear();
-    oip::SetTotalUs(ElapsedUs(), resp_);
+    times_.total_us = ElapsedUs();
+    oip::SetTotalUs(times_.total_us, resp_);
+    if (std::optional<StatsModel> model = CountedModel(); model.has_value()) {
+      if (s.ok()) {
+        stats_.RecordSuccess(*model, times_);
+      } else {
+        stats_.RecordFailure(*model, times_.total_us);
+      }
+    }
     Finish(s);
+  }
+
+  // The model whose statistics count this request: the op or the caller's saved graph it named,
+  // at version "" or "1". None for a request refused before it had a tenant, or naming no model
+  // the caller can run: no model's to count, as Triton counts none for a model it has not.
+  std::optional<StatsModel> CountedModel() const {
+    const inference::ModelInferRequest& req = parsed_.message;
+    if (!tenant_.has_value() || !oip::CheckModelVersion(req.model_name(), req.model_version()).ok()) {
+      return std::nullopt;
+    }
+    if (FindOp(req.model_name()) != nullptr) return StatsModel{*tenant_, req.model_name(), nullptr};
+    SavedGraphPtr graph = binding_.saved;  // none yet when the conversion failed early
+    if (graph == nullptr) {
+      auto found = core_.graphs().Find(*tenant_, req.model_name());
+      if (!found.ok()) return std::nullopt;
+      graph = *std::move(found);
+    }
+    return StatsModel{*tenant_, req.model_name(), std::move(graph)};
   }
 
   const ParsedRequest<inference::ModelInferRequest>& parsed_;
   inference::ModelInferResponse* const resp_;
   oip::InferBinding binding_;
+  ModelStats& stats_;
+  std::optional<std::string> tenant_;  // once admitted
+  RequestTimes times_;                 // the run's, on success; the total at the answer
 };
 
 }  // namespace
@@ -58,7 +94,7 @@ class InferCall final : public GraphCall {
 grpc::ServerUnaryReactor* InferenceService::ModelInfer(
     grpc::CallbackServerContext* ctx, const ParsedRequest<inference::ModelInferRequest>* req,
     inference::ModelInferResponse* resp) {
-  auto* call = new InferCall(core_, ctx, *req, resp);
+  auto* call = new InferCall(core_, ctx, *req, resp, stats_);
   call->Start();
   return call;
 }

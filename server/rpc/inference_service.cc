@@ -7,6 +7,7 @@
 #include "common/dtype.h"
 #include "common/status_macros.h"
 #include "server/rpc/grpc_status.h"
+#include "server/rpc/model_info.h"
 #include "server/rpc/oip_convert.h"
 
 #ifndef OPSERVE_VERSION
@@ -16,47 +17,11 @@
 namespace opserve {
 namespace {
 
-// The metadata of an op model, from the table: each input with the first dtype the device runs
-// and the rank of the op's typical shapes, every dimension -1; the output as the op infers it.
-void OpMetadata(const OpSpec& op, const Backend& backend, inference::ModelMetadataResponse* resp) {
-  resp->set_platform("opserve_op");
-  const std::vector<DType> dtypes = DTypesFor(op.name, backend);
-  const DType dtype = dtypes.empty() ? DType::kFloat32 : dtypes.front();
-  // The typical case of the highest rank (sum takes any rank; [] would read as a scalar).
-  const std::vector<std::vector<int64_t>>* best = &op.test.small_shapes.front();
-  for (const auto& c : op.test.small_shapes) {
-    if (c.front().size() > best->front().size()) best = &c;
-  }
-  const std::vector<std::vector<int64_t>>& shapes = *best;
-  const std::span<const absl::string_view> names = oip::OpInputNames(op);
-  std::vector<TensorMeta> metas;
-  for (size_t i = 0; i < names.size(); ++i) {
-    auto* in = resp->add_inputs();
-    in->set_name(std::string(names[i]));
-    in->set_datatype(std::string(OipName(dtype)));
-    for (size_t d = 0; d < shapes[i].size(); ++d) in->add_shape(-1);
-    metas.push_back(TensorMeta{dtype, shapes[i]});
-  }
-  auto* out = resp->add_outputs();
-  out->set_name(std::string(oip::kOpOutputName));
-  if (auto meta = op.infer(metas); meta.ok()) {
-    out->set_datatype(std::string(OipName(meta->dtype)));
-    for (size_t d = 0; d < meta->shape.size(); ++d) out->add_shape(-1);
-  }
-}
-
 // The CUDA shared-memory extension exists on the CUDA backend only (ServerMetadata says so).
 absl::Status NeedsCuda(const Backend& backend) {
   if (backend.name() == "cuda") return absl::OkStatus();
   return absl::UnimplementedError(absl::StrCat(
       "CUDA shared memory needs the CUDA backend; this server runs on ", backend.device()));
-}
-
-void GraphTensorMetadata(const v1::GraphTensor& t,
-                         inference::ModelMetadataResponse::TensorMetadata* m) {
-  m->set_name(t.name());
-  m->set_datatype(std::string(OipName(static_cast<DType>(t.dtype()))));
-  *m->mutable_shape() = t.shape();
 }
 
 }  // namespace
@@ -70,13 +35,19 @@ InferenceService::InferenceService(ServerCore& core, std::function<bool()> ready
   ParseUnary("ModelMetadata", &InferenceService::ModelMetadata);
   ParseUnaryLifting("ModelInfer", {inference::ModelInferRequest::kRawInputContentsFieldNumber},
                     core.receive_pool(), &InferenceService::ModelInfer);
+  ParseUnary("ModelConfig", &InferenceService::ModelConfig);
+  ParseUnary("ModelStatistics", &InferenceService::ModelStatistics);
   ParseUnary("RepositoryIndex", &InferenceService::RepositoryIndex);
+  ParseUnary("RepositoryModelLoad", &InferenceService::RepositoryModelLoad);
+  ParseUnary("RepositoryModelUnload", &InferenceService::RepositoryModelUnload);
   ParseUnary("SystemSharedMemoryStatus", &InferenceService::SystemSharedMemoryStatus);
   ParseUnary("SystemSharedMemoryRegister", &InferenceService::SystemSharedMemoryRegister);
   ParseUnary("SystemSharedMemoryUnregister", &InferenceService::SystemSharedMemoryUnregister);
   ParseUnary("CudaSharedMemoryStatus", &InferenceService::CudaSharedMemoryStatus);
   ParseUnary("CudaSharedMemoryRegister", &InferenceService::CudaSharedMemoryRegister);
   ParseUnary("CudaSharedMemoryUnregister", &InferenceService::CudaSharedMemoryUnregister);
+  ParseUnary("TraceSetting", &InferenceService::TraceSetting);
+  ParseUnary("LogSettings", &InferenceService::LogSettings);
 }
 
 grpc::ServerUnaryReactor* InferenceService::Unary(
@@ -151,22 +122,69 @@ grpc::ServerUnaryReactor* InferenceService::ServerMetadata(grpc::CallbackServerC
   });
 }
 
+absl::Status InferenceService::Metadata(const std::string& tenant, const std::string& name,
+                                       const std::string& version,
+                                       inference::ModelMetadataResponse* resp) {
+  RETURN_IF_ERROR(oip::CheckModelVersion(name, version));
+  resp->set_name(name);
+  resp->add_versions("1");
+  if (const OpSpec* op = FindOp(name); op != nullptr) {
+    oip::OpMetadata(*op, core_.backend(), resp);
+    return absl::OkStatus();
+  }
+  auto saved = core_.graphs().Find(tenant, name);
+  if (!saved.ok()) return absl::NotFoundError(absl::StrCat("no model ", Quote(name)));
+  oip::GraphMetadata(**saved, resp);
+  return absl::OkStatus();
+}
+
 grpc::ServerUnaryReactor* InferenceService::ModelMetadata(grpc::CallbackServerContext* ctx,
                                                           const inference::ModelMetadataRequest* req,
                                                           inference::ModelMetadataResponse* resp) {
-  return Unary(ctx, "ModelMetadata", [&](const std::string& tenant) -> absl::Status {
-    RETURN_IF_ERROR(oip::CheckModelVersion(req->name(), req->version()));
-    resp->set_name(req->name());
-    resp->add_versions("1");
-    if (const OpSpec* op = FindOp(req->name()); op != nullptr) {
-      OpMetadata(*op, core_.backend(), resp);
+  return Unary(ctx, "ModelMetadata", [&](const std::string& tenant) {
+    return Metadata(tenant, req->name(), req->version(), resp);
+  });
+}
+
+grpc::ServerUnaryReactor* InferenceService::ModelConfig(grpc::CallbackServerContext* ctx,
+                                                        const inference::ModelConfigRequest* req,
+                                                        inference::ModelConfigResponse* resp) {
+  return Unary(ctx, "ModelConfig", [&](const std::string& tenant) -> absl::Status {
+    inference::ModelMetadataResponse meta;
+    RETURN_IF_ERROR(Metadata(tenant, req->name(), req->version(), &meta));
+    oip::ConfigFromMetadata(meta, core_.options().max_batch_size, resp->mutable_config());
+    return absl::OkStatus();
+  });
+}
+
+// One model's, or (no name) those of every model the caller can run: the ops and its own saved
+// graphs, as RepositoryIndex lists them.
+grpc::ServerUnaryReactor* InferenceService::ModelStatistics(
+    grpc::CallbackServerContext* ctx, const inference::ModelStatisticsRequest* req,
+    inference::ModelStatisticsResponse* resp) {
+  return Unary(ctx, "ModelStatistics", [&](const std::string& tenant) -> absl::Status {
+    const std::string& name = req->name();
+    if (name.empty()) {
+      if (!req->version().empty() && req->version() != "1") {
+        return absl::NotFoundError(absl::StrCat("no model has version ", Quote(req->version()),
+                                                "; each model's one version is '1'"));
+      }
+      for (const OpSpec& op : Ops()) {
+        stats_.Fill({tenant, std::string(op.name), nullptr}, resp->add_model_stats());
+      }
+      for (auto& [graph_name, g] : core_.graphs().List(tenant)) {
+        stats_.Fill({tenant, graph_name, g}, resp->add_model_stats());
+      }
       return absl::OkStatus();
     }
-    auto saved = core_.graphs().Find(tenant, req->name());
-    if (!saved.ok()) return absl::NotFoundError(absl::StrCat("no model ", Quote(req->name())));
-    resp->set_platform("opserve_graph");
-    for (const auto& t : (*saved)->info.inputs()) GraphTensorMetadata(t, resp->add_inputs());
-    for (const auto& t : (*saved)->info.outputs()) GraphTensorMetadata(t, resp->add_outputs());
+    RETURN_IF_ERROR(oip::CheckModelVersion(name, req->version()));
+    if (FindOp(name) != nullptr) {
+      stats_.Fill({tenant, name, nullptr}, resp->add_model_stats());
+      return absl::OkStatus();
+    }
+    auto saved = core_.graphs().Find(tenant, name);
+    if (!saved.ok()) return absl::NotFoundError(absl::StrCat("no model ", Quote(name)));
+    stats_.Fill({tenant, name, *saved}, resp->add_model_stats());
     return absl::OkStatus();
   });
 }

@@ -2,14 +2,18 @@
 // shared-memory extensions, beside opserve.v1.OpServe on the same port and the same core
 // (server_core.h: engine, store, limits, tokens, regions, metrics). Ops are models of version
 // "1" (inputs `x`, or `a` and `b`; output `y`), and so are the tenant's saved graphs
-// (SaveGraph). ModelInfer's conversions are oip_convert.h's. README.md's "Open Inference
-// Protocol" section is the user's view.
+// (SaveGraph). ModelInfer's conversions are oip_convert.h's; what a model looks like
+// (ModelMetadata, ModelConfig) is model_info.h's; ModelStatistics counts what ModelInfer records
+// (model_stats.h). The specification's RPCs opserve does not serve answer UNIMPLEMENTED naming
+// themselves (unserved_rpcs.cc). README.md's "Open Inference Protocol" section is the user's
+// view.
 #pragma once
 
 #include <functional>
 #include <string>
 
 #include "inference/grpc_service.grpc.pb.h"
+#include "server/rpc/model_stats.h"
 #include "server/rpc/parsed_service.h"
 #include "server/rpc/server_core.h"
 
@@ -41,6 +45,12 @@ class InferenceService final
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* ctx,
                                        const ParsedRequest<inference::ModelInferRequest>* req,
                                        inference::ModelInferResponse* resp);
+  grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* ctx,
+                                        const inference::ModelConfigRequest* req,
+                                        inference::ModelConfigResponse* resp) override;
+  grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* ctx,
+                                            const inference::ModelStatisticsRequest* req,
+                                            inference::ModelStatisticsResponse* resp) override;
   grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* ctx,
                                             const inference::RepositoryIndexRequest* req,
                                             inference::RepositoryIndexResponse* resp) override;
@@ -63,6 +73,22 @@ class InferenceService final
       grpc::CallbackServerContext* ctx, const inference::CudaSharedMemoryUnregisterRequest* req,
       inference::CudaSharedMemoryUnregisterResponse* resp) override;
 
+  // Not served (unserved_rpcs.cc): UNIMPLEMENTED, naming the RPC and what to use instead.
+  grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
+  ModelStreamInfer(grpc::CallbackServerContext* ctx) override;
+  grpc::ServerUnaryReactor* RepositoryModelLoad(grpc::CallbackServerContext* ctx,
+                                                const inference::RepositoryModelLoadRequest* req,
+                                                inference::RepositoryModelLoadResponse* resp) override;
+  grpc::ServerUnaryReactor* RepositoryModelUnload(
+      grpc::CallbackServerContext* ctx, const inference::RepositoryModelUnloadRequest* req,
+      inference::RepositoryModelUnloadResponse* resp) override;
+  grpc::ServerUnaryReactor* TraceSetting(grpc::CallbackServerContext* ctx,
+                                         const inference::TraceSettingRequest* req,
+                                         inference::TraceSettingResponse* resp) override;
+  grpc::ServerUnaryReactor* LogSettings(grpc::CallbackServerContext* ctx,
+                                        const inference::LogSettingsRequest* req,
+                                        inference::LogSettingsResponse* resp) override;
+
   absl::Status RefuseUnparsed(grpc::CallbackServerContext* ctx, absl::string_view rpc,
                               const absl::Status& parse) {
     return core_.RefuseUnparsed(ctx, rpc, parse);
@@ -76,8 +102,14 @@ class InferenceService final
 
   SharedMemoryRegistry& regions() { return core_.regions(); }
 
+  // The metadata of model `name` (version "" or "1") as `tenant` sees it: an op, or one of the
+  // tenant's saved graphs; NOT_FOUND naming it otherwise.
+  absl::Status Metadata(const std::string& tenant, const std::string& name,
+                        const std::string& version, inference::ModelMetadataResponse* resp);
+
   ServerCore& core_;
   const std::function<bool()> ready_;
+  ModelStats stats_;  // ModelInfer records, ModelStatistics reads
 };
 
 }  // namespace opserve

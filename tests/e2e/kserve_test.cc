@@ -1,14 +1,18 @@
 // The Open Inference Protocol beside opserve.v1, through stubs generated from
 // proto/inference/grpc_service.proto: every op model on every algorithm and dtype ListOps lists
 // (checked against the op table's CPU reference, in this process), a saved graph, stored tensors
-// in and out, system shared memory in and out, and refusals that change nothing. On the CPU in
+// in and out, system shared memory in and out, refusals that change nothing, ModelConfig and
+// ModelStatistics, and the RPCs not served naming themselves. On the CPU in
 // `make test`, on the GPU in the GPU suite (OPSERVE_TEST_DEVICE=cuda). tests/python/kserve_test.py
 // covers the same ground from Python, written from the specification.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
+#include <map>
+#include <tuple>
 
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
@@ -567,6 +571,312 @@ TEST_F(KServeTest, ShmTransfersStepOverObjectsALostClientLeft) {
   ASSERT_TRUE(put.ok()) << put.status();
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_TRUE(back->data == x.data);
+}
+
+// ---- ModelConfig, ModelStatistics and the RPCs not served ----
+
+// Saves `graph` as `name` through opserve.v1 (overwriting).
+void SaveGraph(const std::string& target, const std::string& name, const v1::ExecuteRequest& graph) {
+  auto ops = v1::OpServe::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  v1::SaveGraphRequest save;
+  save.set_name(name);
+  save.set_overwrite(true);
+  *save.mutable_graph() = graph;
+  v1::SaveGraphResponse saved;
+  grpc::Status s = ops->SaveGraph(&ctx, save, &saved);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+}
+
+// row_mean(a @ b), a: [-1, n] FP32, b: [n, n] FP32.
+v1::ExecuteRequest MeanOfProduct(int64_t n) {
+  v1::ExecuteRequest graph;
+  AddNode(graph, "mm", "matmul", {Inline("a"), Inline("b")});
+  AddNode(graph, "mean", "row_mean", {Node("mm")});
+  AddOutput(graph, "mean", true);
+  for (const char* name : {"a", "b"}) {
+    v1::Tensor& t = (*graph.mutable_inline_tensors())[name];
+    t.set_dtype(v1::FLOAT32);
+    t.add_shape(name[0] == 'a' ? -1 : n);
+    t.add_shape(n);
+  }
+  return graph;
+}
+
+std::vector<int64_t> Dims(const google::protobuf::RepeatedField<int64_t>& d) {
+  return {d.begin(), d.end()};
+}
+
+// Every op model's configuration says what its metadata says, in model_config.proto's terms;
+// a saved graph's has its planned shapes; an unknown model or version is NOT_FOUND by name.
+TEST_F(KServeTest, ModelConfigOfOpModelsAndASavedGraph) {
+  for (const OpSpec& op : Ops()) {
+    SCOPED_TRACE(op.name);
+    grpc::ClientContext c1, c2;
+    inference::ModelConfigRequest req;
+    req.set_name(std::string(op.name));
+    inference::ModelConfigResponse resp;
+    grpc::Status s = stub_->ModelConfig(&c1, req, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    inference::ModelMetadataRequest mreq;
+    mreq.set_name(std::string(op.name));
+    inference::ModelMetadataResponse meta;
+    ASSERT_TRUE(stub_->ModelMetadata(&c2, mreq, &meta).ok());
+    const inference::ModelConfig& config = resp.config();
+    EXPECT_EQ(config.name(), op.name);
+    EXPECT_EQ(config.platform(), "opserve_op");
+    EXPECT_EQ(config.backend(), "opserve");
+    // No batch dimension of Triton's kind: the shapes are whole (README.md).
+    EXPECT_EQ(config.max_batch_size(), 0);
+    ASSERT_TRUE(config.parameters().count("opserve_max_batch_size"));
+    EXPECT_EQ(config.parameters().at("opserve_max_batch_size").string_value(), "1");
+    ASSERT_EQ(config.input_size(), meta.inputs_size());
+    for (int i = 0; i < config.input_size(); ++i) {
+      EXPECT_EQ(config.input(i).name(), meta.inputs(i).name());
+      EXPECT_EQ(inference::DataType_Name(config.input(i).data_type()),
+                "TYPE_" + meta.inputs(i).datatype());
+      EXPECT_EQ(Dims(config.input(i).dims()), Dims(meta.inputs(i).shape()));
+      for (int64_t d : config.input(i).dims()) EXPECT_EQ(d, -1);
+    }
+    ASSERT_EQ(config.output_size(), 1);
+    EXPECT_EQ(config.output(0).name(), "y");
+    EXPECT_NE(config.output(0).data_type(), inference::TYPE_INVALID);
+    EXPECT_EQ(Dims(config.output(0).dims()), Dims(meta.outputs(0).shape()));
+  }
+  {  // matmul in full: two FP32 matrices of any size in, one out
+    grpc::ClientContext ctx;
+    inference::ModelConfigRequest req;
+    req.set_name("matmul");
+    req.set_version("1");
+    inference::ModelConfigResponse resp;
+    ASSERT_TRUE(stub_->ModelConfig(&ctx, req, &resp).ok());
+    const inference::ModelConfig& c = resp.config();
+    ASSERT_EQ(c.input_size(), 2);
+    EXPECT_EQ(c.input(0).name(), "a");
+    EXPECT_EQ(c.input(1).name(), "b");
+    for (const auto& in : c.input()) {
+      EXPECT_EQ(in.data_type(), inference::TYPE_FP32);
+      EXPECT_EQ(Dims(in.dims()), (std::vector<int64_t>{-1, -1}));
+    }
+    EXPECT_EQ(c.output(0).data_type(), inference::TYPE_FP32);
+    EXPECT_EQ(Dims(c.output(0).dims()), (std::vector<int64_t>{-1, -1}));
+  }
+  const int64_t n = 32;
+  SaveGraph(server().target(), "g", MeanOfProduct(n));
+  {
+    grpc::ClientContext ctx;
+    inference::ModelConfigRequest req;
+    req.set_name("g");
+    inference::ModelConfigResponse resp;
+    grpc::Status s = stub_->ModelConfig(&ctx, req, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    const inference::ModelConfig& c = resp.config();
+    EXPECT_EQ(c.name(), "g");
+    EXPECT_EQ(c.platform(), "opserve_graph");
+    EXPECT_EQ(c.backend(), "opserve");
+    EXPECT_EQ(c.max_batch_size(), 0);
+    std::map<std::string, std::vector<int64_t>> inputs;
+    for (const auto& in : c.input()) {
+      EXPECT_EQ(in.data_type(), inference::TYPE_FP32) << in.name();
+      inputs[in.name()] = Dims(in.dims());
+    }
+    EXPECT_EQ(inputs, (std::map<std::string, std::vector<int64_t>>{{"a", {-1, n}}, {"b", {n, n}}}));
+    ASSERT_EQ(c.output_size(), 1);
+    EXPECT_EQ(c.output(0).name(), "mean");
+    EXPECT_EQ(c.output(0).data_type(), inference::TYPE_FP32);
+    EXPECT_EQ(Dims(c.output(0).dims()), (std::vector<int64_t>{-1}));
+  }
+  for (const auto& [name, version, culprit] :
+       {std::tuple{"no_such_model", "", "no_such_model"}, std::tuple{"row_sum", "2", "'2'"}}) {
+    grpc::ClientContext ctx;
+    inference::ModelConfigRequest req;
+    req.set_name(name);
+    req.set_version(version);
+    inference::ModelConfigResponse resp;
+    grpc::Status s = stub_->ModelConfig(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
+    EXPECT_NE(s.error_message().find(culprit), std::string::npos) << s.error_message();
+  }
+}
+
+class KServeBatchingTest : public KServeTest {
+ protected:
+  std::vector<std::string> ExtraFlags() const override { return {"--max_batch_size=8"}; }
+};
+
+TEST_F(KServeBatchingTest, ModelConfigNamesTheServersBatchSize) {
+  grpc::ClientContext ctx;
+  inference::ModelConfigRequest req;
+  req.set_name("row_sum");
+  inference::ModelConfigResponse resp;
+  ASSERT_TRUE(stub_->ModelConfig(&ctx, req, &resp).ok());
+  EXPECT_EQ(resp.config().max_batch_size(), 0);
+  EXPECT_EQ(resp.config().parameters().at("opserve_max_batch_size").string_value(), "8");
+}
+
+uint64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Each ModelInfer is counted in its model's statistics: the successes with their times, whose
+// parts add up to no more than the requests took as the client saw them, and a refused request
+// as a failure; a model not run has zeros, and a saved graph saved again starts from zero.
+TEST_F(KServeTest, ModelStatisticsCountEachModelInfer) {
+  auto stats = [&](const std::string& name, const std::string& version = "") {
+    grpc::ClientContext ctx;
+    inference::ModelStatisticsRequest req;
+    req.set_name(name);
+    req.set_version(version);
+    inference::ModelStatisticsResponse resp;
+    grpc::Status s = stub_->ModelStatistics(&ctx, req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(resp.model_stats_size(), 1);
+    return resp.model_stats_size() == 1 ? resp.model_stats(0) : inference::ModelStatistics();
+  };
+  const uint64_t before_ms = NowMs();
+  const int kOk = 5;
+  std::chrono::nanoseconds wall{0};
+  for (int i = 0; i < kOk; ++i) {
+    ModelInferRequest req;
+    req.set_model_name("row_sum");
+    AddRaw(req, "x", RandomFloats({16, 64}, rng_));
+    ModelInferResponse resp;
+    const auto t0 = std::chrono::steady_clock::now();
+    grpc::Status s = Infer(req, &resp);
+    wall += std::chrono::steady_clock::now() - t0;
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  {  // raw bytes that disagree with the shape: refused, counted as a failure
+    ModelInferRequest req;
+    req.set_model_name("row_sum");
+    AddRaw(req, "x", RandomFloats({16, 64}, rng_));
+    req.mutable_inputs(0)->set_shape(0, 15);
+    ModelInferResponse resp;
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(Infer(req, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    wall += std::chrono::steady_clock::now() - t0;
+  }
+  {  // no such model, no such version: no model's to count
+    ModelInferRequest req;
+    req.set_model_name("no_such_model");
+    AddRaw(req, "x", RandomFloats({2, 2}, rng_));
+    ModelInferResponse resp;
+    EXPECT_EQ(Infer(req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+    req.set_model_name("row_sum");
+    req.set_model_version("2");
+    EXPECT_EQ(Infer(req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  const uint64_t wall_ns = static_cast<uint64_t>(wall.count());
+  const inference::ModelStatistics rs = stats("row_sum", "1");
+  EXPECT_EQ(rs.name(), "row_sum");
+  EXPECT_EQ(rs.version(), "1");
+  EXPECT_EQ(rs.inference_count(), uint64_t{kOk});
+  EXPECT_EQ(rs.execution_count(), uint64_t{kOk});  // --max_batch_size 1: one run each
+  const inference::InferStatistics& is = rs.inference_stats();
+  EXPECT_EQ(is.success().count(), uint64_t{kOk});
+  EXPECT_EQ(is.fail().count(), 1u);
+  for (const auto* d : {&is.queue(), &is.compute_input(), &is.compute_infer(), &is.compute_output()}) {
+    EXPECT_EQ(d->count(), uint64_t{kOk});
+  }
+  const uint64_t parts =
+      is.queue().ns() + is.compute_input().ns() + is.compute_infer().ns() + is.compute_output().ns();
+  EXPECT_GT(parts, 0u);
+  EXPECT_GT(is.compute_infer().ns(), 0u);
+  EXPECT_LE(parts, is.success().ns());
+  EXPECT_GT(is.fail().ns(), 0u);
+  EXPECT_LE(is.success().ns() + is.fail().ns(), wall_ns);
+  EXPECT_GE(rs.last_inference(), before_ms);
+  EXPECT_LE(rs.last_inference(), NowMs());
+
+  const inference::ModelStatistics mm = stats("matmul");  // never run: zeros
+  EXPECT_EQ(mm.name(), "matmul");
+  EXPECT_EQ(mm.inference_count(), 0u);
+  EXPECT_EQ(mm.last_inference(), 0u);
+  EXPECT_EQ(mm.inference_stats().success().count(), 0u);
+
+  const int64_t n = 16;
+  SaveGraph(server().target(), "g", MeanOfProduct(n));
+  for (int i = 0; i < 2; ++i) {
+    ModelInferRequest req;
+    req.set_model_name("g");
+    AddRaw(req, "a", RandomFloats({8, n}, rng_));
+    AddRaw(req, "b", RandomFloats({n, n}, rng_));
+    ModelInferResponse resp;
+    grpc::Status s = Infer(req, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  EXPECT_EQ(stats("g").inference_count(), 2u);
+  EXPECT_EQ(stats("row_sum").inference_count(), uint64_t{kOk});  // the graph's matmul is g's
+  {  // every model: each op and the saved graph, once
+    grpc::ClientContext ctx;
+    inference::ModelStatisticsResponse all;
+    ASSERT_TRUE(stub_->ModelStatistics(&ctx, {}, &all).ok());
+    std::map<std::string, uint64_t> counts;
+    for (const auto& m : all.model_stats()) {
+      EXPECT_TRUE(counts.emplace(m.name(), m.inference_count()).second) << m.name();
+    }
+    EXPECT_EQ(counts.size(), Ops().size() + 1);
+    EXPECT_EQ(counts["row_sum"], uint64_t{kOk});
+    EXPECT_EQ(counts["g"], 2u);
+    EXPECT_EQ(counts["matmul"], 0u);
+  }
+  SaveGraph(server().target(), "g", MeanOfProduct(n));  // another graph under the name
+  EXPECT_EQ(stats("g").inference_count(), 0u);
+
+  for (const auto& [name, version, culprit] :
+       {std::tuple{"no_such_model", "", "no_such_model"}, std::tuple{"row_sum", "2", "'2'"}}) {
+    grpc::ClientContext ctx;
+    inference::ModelStatisticsRequest req;
+    req.set_name(name);
+    req.set_version(version);
+    inference::ModelStatisticsResponse resp;
+    grpc::Status s = stub_->ModelStatistics(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
+    EXPECT_NE(s.error_message().find(culprit), std::string::npos) << s.error_message();
+  }
+}
+
+// The specification's RPCs opserve does not serve answer UNIMPLEMENTED with a message naming
+// them, not gRPC's empty one.
+TEST_F(KServeTest, RpcsNotServedNameThemselves) {
+  auto named = [](const grpc::Status& s, const std::string& rpc) {
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNIMPLEMENTED) << rpc << ": " << s.error_message();
+    EXPECT_NE(s.error_message().find(rpc + " is not served by opserve"), std::string::npos)
+        << s.error_message();
+  };
+  {
+    grpc::ClientContext ctx;
+    inference::RepositoryModelLoadResponse resp;
+    named(stub_->RepositoryModelLoad(&ctx, {}, &resp), "RepositoryModelLoad");
+  }
+  {
+    grpc::ClientContext ctx;
+    inference::RepositoryModelUnloadResponse resp;
+    named(stub_->RepositoryModelUnload(&ctx, {}, &resp), "RepositoryModelUnload");
+  }
+  {
+    grpc::ClientContext ctx;
+    inference::TraceSettingResponse resp;
+    named(stub_->TraceSetting(&ctx, {}, &resp), "TraceSetting");
+  }
+  {
+    grpc::ClientContext ctx;
+    inference::LogSettingsResponse resp;
+    named(stub_->LogSettings(&ctx, {}, &resp), "LogSettings");
+  }
+  {
+    grpc::ClientContext ctx;
+    auto stream = stub_->ModelStreamInfer(&ctx);
+    ModelInferRequest req;
+    req.set_model_name("row_sum");
+    stream->Write(req);  // may fail: the server answers without reading
+    stream->WritesDone();
+    inference::ModelStreamInferResponse resp;
+    EXPECT_FALSE(stream->Read(&resp));
+    named(stream->Finish(), "ModelStreamInfer");
+  }
 }
 
 }  // namespace

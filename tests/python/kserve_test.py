@@ -6,8 +6,8 @@ opserve-op-table (op_table.py: the ops, their shapes and their CPU reference; no
 Against real servers on the CPU backend in `make test`, on the CUDA backend in the GPU suite
 (OPSERVE_TEST_DEVICE=cuda): every RPC, every op model and datatype against the CPU reference,
 every op's empty inputs, a saved graph (against numpy), stored-tensor inputs and outputs,
-system shared memory with a 256 MiB region, the README's hostile cases (code, culprit named,
-nothing changed) and tenancy. Stubs are generated at test time with protoc and
+system shared memory with a 256 MiB region, ModelConfig and ModelStatistics, the README's
+hostile cases (code, culprit named, nothing changed) and tenancy. Stubs are generated at test time with protoc and
 grpc_python_plugin (Debian's python3-grpcio has no grpc_tools).
 
   kserve_test.py --opserve BINARY --proto-root proto --work-dir DIR [--op-table TOOL]
@@ -112,6 +112,11 @@ class Base(unittest.TestCase):
                             f"{code.name} message does not name {' or '.join(options)}: {error.details()}")
         self.assertEqual(client.state(), before, f"{code.name} ({error.details()}) changed the server's state")
         return error.details()
+
+    def stats(self, name="", version="", client=None):
+        """ModelStatistics by model name."""
+        reply = (client or self.c).ModelStatistics(K.ModelStatisticsRequest(name=name, version=version))
+        return {m.name: m for m in reply.model_stats}
 
     def auto_algorithm(self, op):
         """What `auto` must report: the op's default on the CPU; on the GPU `auto` also chooses by
@@ -255,12 +260,108 @@ class KServeTest(Base):
                                       row, listed[0])
 
     def test_specified_rpcs_not_served_are_unimplemented(self):
-        for rpc in ("ModelConfig", "ModelStatistics", "RepositoryModelLoad", "RepositoryModelUnload",
-                    "TraceSetting"):
+        """UNIMPLEMENTED with a message naming the RPC, not gRPC's empty one."""
+        for rpc in ("RepositoryModelLoad", "RepositoryModelUnload", "TraceSetting", "LogSettings"):
             call = self.c.channel.unary_unary(f"/inference.GRPCInferenceService/{rpc}")
-            self.expect_error(C.UNIMPLEMENTED, lambda: call(b"", timeout=10))
+            details = self.expect_error(C.UNIMPLEMENTED, lambda: call(b"", timeout=10), rpc)
+            self.assertIn(f"{rpc} is not served by opserve", details)
         stream = self.c.channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer")
-        self.expect_error(C.UNIMPLEMENTED, lambda: list(stream(iter([b""]), timeout=10)))
+        details = self.expect_error(C.UNIMPLEMENTED, lambda: list(stream(iter([b""]), timeout=10)), "ModelStreamInfer")
+        self.assertIn("ModelStreamInfer is not served by opserve", details)
+
+    # ---- ModelConfig and ModelStatistics ----
+
+    def test_model_config(self):
+        """Each op model's configuration says what its metadata says, in model_config.proto's
+        terms (DataType TYPE_<datatype>, dims -1 where free), with no batch dimension of Triton's
+        kind (max_batch_size 0); a saved graph's has its planned shapes."""
+        def tensors(config_tensors):
+            return [(t.name, K.DataType.Name(t.data_type), list(t.dims)) for t in config_tensors]
+
+        def meta_tensors(meta_tensors):
+            return [(t.name, "TYPE_" + t.datatype, list(t.shape)) for t in meta_tensors]
+
+        for op in self.ops:
+            for version in ("", "1"):
+                config = self.c.ModelConfig(K.ModelConfigRequest(name=op, version=version)).config
+                meta = self.c.ModelMetadata(K.ModelMetadataRequest(name=op))
+                self.assertEqual((config.name, config.platform, config.backend, config.max_batch_size),
+                                 (op, "opserve_op", "opserve", 0))
+                self.assertEqual(config.parameters["opserve_max_batch_size"].string_value, "1")
+                self.assertEqual(tensors(config.input), meta_tensors(meta.inputs), op)
+                self.assertEqual(tensors(config.output), meta_tensors(meta.outputs), op)
+                self.assertEqual([t.name for t in config.input], INPUT_NAMES[TABLE.op(op).arity], op)
+                for t in list(config.input) + list(config.output):
+                    self.assertNotEqual(t.data_type, K.TYPE_INVALID, f"{op} {t.name}")
+                    self.assertTrue(all(d == -1 for d in t.dims), f"{op} {t.name}: {list(t.dims)}")
+        matmul = self.c.ModelConfig(K.ModelConfigRequest(name="matmul")).config
+        self.assertEqual(tensors(matmul.input), [("a", "TYPE_FP32", [-1, -1]), ("b", "TYPE_FP32", [-1, -1])])
+        self.assertEqual(tensors(matmul.output), [("y", "TYPE_FP32", [-1, -1])])
+
+        name = "kv_config_graph"
+        self.c.SaveGraph(O.SaveGraphRequest(name=name, graph=self.graph()))
+        self.addCleanup(self.quietly, lambda: self.c.DeleteGraph(O.DeleteGraphRequest(name=name)))
+        config = self.c.ModelConfig(K.ModelConfigRequest(name=name)).config
+        self.assertEqual((config.name, config.platform, config.backend, config.max_batch_size),
+                         (name, "opserve_graph", "opserve", 0))
+        self.assertEqual(sorted(tensors(config.input)), [("A", "TYPE_FP32", [-1, 48]), ("B", "TYPE_FP32", [48, -1])])
+        meta = self.c.ModelMetadata(K.ModelMetadataRequest(name=name))
+        self.assertEqual(tensors(config.output), meta_tensors(meta.outputs))
+        self.assertEqual([t.name for t in config.output], ["mean"])
+
+        for model, version in (("no_such_model", ""), ("row_sum", "2")):
+            self.expect_error(C.NOT_FOUND, lambda: self.c.ModelConfig(K.ModelConfigRequest(name=model, version=version)),
+                              model if version == "" else version)
+
+    def test_model_statistics(self):
+        """Each ModelInfer counts in its model's statistics (the server lives through the class's
+        tests, so these are differences): successes with times whose parts are no more than the
+        client waited, a refused request as a failure, a request for no model nowhere."""
+        before = self.stats("row_sum")["row_sum"]
+        start_ms = int(time.time() * 1000)
+        wall = 0.0
+        runs = 4
+        for _ in range(runs):
+            x = self.rng.standard_normal((8, 32)).astype(np.float32)
+            t0 = time.perf_counter()
+            self.c.ModelInfer(request("row_sum", [In("x", "FP32", x.shape, x)]))
+            wall += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        with self.assertRaises(grpc.RpcError) as caught:  # 8x32 floats said to be 7x32
+            self.c.ModelInfer(request("row_sum", [In("x", "FP32", (7, 32), x)]))
+        wall += time.perf_counter() - t0
+        self.assertEqual(caught.exception.code(), C.INVALID_ARGUMENT, caught.exception.details())
+        for model, version in (("no_such_model", ""), ("row_sum", "2")):
+            with self.assertRaises(grpc.RpcError):
+                self.c.ModelInfer(request(model, [In("x", "FP32", x.shape, x)], version=version))
+        after = self.stats("row_sum", "1")["row_sum"]
+        self.assertEqual((after.name, after.version), ("row_sum", "1"))
+
+        def delta(field):
+            return field(after) - field(before)
+        stats = lambda m: m.inference_stats  # noqa: E731
+        self.assertEqual(delta(lambda m: m.inference_count), runs)
+        self.assertEqual(delta(lambda m: m.execution_count), runs, "--max_batch_size 1: a run each")
+        self.assertEqual(delta(lambda m: stats(m).success.count), runs)
+        self.assertEqual(delta(lambda m: stats(m).fail.count), 1)
+        parts = 0
+        for part in ("queue", "compute_input", "compute_infer", "compute_output"):
+            self.assertEqual(delta(lambda m: getattr(stats(m), part).count), runs, part)
+            parts += delta(lambda m: getattr(stats(m), part).ns)
+        self.assertGreater(parts, 0)
+        self.assertLessEqual(parts, wall * 1e9, "the parts of the requests' time against the client's wall time")
+        total = delta(lambda m: stats(m).success.ns) + delta(lambda m: stats(m).fail.ns)
+        self.assertGreater(delta(lambda m: stats(m).fail.ns), 0)
+        self.assertLessEqual(parts, total)
+        self.assertLessEqual(total, wall * 1e9)
+        self.assertGreaterEqual(after.last_inference, start_ms)
+        self.assertLessEqual(after.last_inference, int(time.time() * 1000))
+
+        every = self.stats()
+        self.assertLessEqual(set(self.ops), set(every), "ModelStatistics with no name lists every op")
+        self.assertEqual(every["row_sum"].inference_count, after.inference_count)
+        for model, version in (("no_such_model", ""), ("row_sum", "2")):
+            self.expect_error(C.NOT_FOUND, lambda: self.stats(model, version), model if version == "" else version)
 
     def test_reflection_lists_both_services(self):
         stub = RG.ServerReflectionStub(self.c.channel)
@@ -743,6 +844,31 @@ class KServeTenancyTest(Base):
                            shared_memory_byte_size=x.nbytes)]):
             self.check_output("alice's own", "row_sum", "FP32", [x], alice.ModelInfer(request("row_sum", inputs)))
         alice.ModelInfer(request("kv_alice_graph", graph_inputs))
+
+    def test_statistics_of_ops_are_everyones_and_of_graphs_their_tenants(self):
+        """Op models are the server's, so their statistics count every tenant's requests, as
+        Triton's would; a saved graph is its tenant's, and so are its configuration and
+        statistics: another tenant's graph of the same name is another model."""
+        alice, bob = self.c, Client(self.server.target, "tok-bob-5678")
+        name = "kv_stats_graph"
+        for client in (alice, bob):
+            client.SaveGraph(O.SaveGraphRequest(name=name, graph=KServeTest.graph(self), overwrite=True))
+            self.addCleanup(self.quietly, lambda c=client: c.DeleteGraph(O.DeleteGraphRequest(name=name)))
+        row_sum_before = self.stats("row_sum", client=bob)["row_sum"].inference_count
+        x = np.ones((2, 3), np.float32)
+        alice.ModelInfer(request("row_sum", [In("x", "FP32", x.shape, x)]))
+        a, b = np.ones((2, 48), np.float32), np.ones((48, 3), np.float32)
+        alice.ModelInfer(request(name, [In("A", "FP32", a.shape, a), In("B", "FP32", b.shape, b)]))
+        self.assertEqual(self.stats("row_sum", client=bob)["row_sum"].inference_count,
+                         row_sum_before + 1, "bob's view of row_sum counts alice's request")
+        self.assertEqual(self.stats(name, client=alice)[name].inference_count, 1)
+        self.assertEqual(self.stats(name, client=bob)[name].inference_count, 0, "alice's run is not bob's")
+        bob.DeleteGraph(O.DeleteGraphRequest(name=name))
+        self.assertNotIn(name, self.stats(client=bob))
+        self.assertIn(name, self.stats(client=alice))
+        for call in (lambda: bob.ModelStatistics(K.ModelStatisticsRequest(name=name)),
+                     lambda: bob.ModelConfig(K.ModelConfigRequest(name=name))):
+            self.expect_error(C.NOT_FOUND, call, name, client=bob)
 
 
 def main():
