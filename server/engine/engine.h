@@ -109,9 +109,9 @@ class Engine {
   const EngineOptions& options() const { return options_; }
 
   // Placement (placement.cc).
-  // Where a new tensor of `bytes` goes when the client names no device: the serving device with
-  // the most free budget.
-  absl::StatusOr<int> PlaceNew(uint64_t bytes) const;
+  // Where a new tensor goes when the client names no device: the serving device with the most
+  // free budget.
+  absl::StatusOr<int> PlaceNew() const;
   // The row ranges a sharded put of `meta` (rank 2) splits into: one per serving device, the
   // first rows % N one row more, none empty.
   absl::StatusOr<std::vector<TensorShard>> ShardRows(const TensorMeta& meta, absl::string_view what) const;

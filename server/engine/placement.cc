@@ -19,7 +19,7 @@ double MicrosSince(std::chrono::steady_clock::time_point t) {
 
 }  // namespace
 
-absl::StatusOr<int> Engine::PlaceNew(uint64_t bytes) const {
+absl::StatusOr<int> Engine::PlaceNew() const {
   int best = -1;
   uint64_t best_free = 0;
   for (int i = 0; i < num_devices(); ++i) {
@@ -32,8 +32,7 @@ absl::StatusOr<int> Engine::PlaceNew(uint64_t bytes) const {
     }
   }
   if (best < 0) return AnyServing();
-  (void)bytes;  // the budget of the chosen device answers whether it fits
-  return best;
+  return best;  // its budget answers whether the tensor fits
 }
 
 absl::StatusOr<std::vector<TensorShard>> Engine::ShardRows(const TensorMeta& meta,

@@ -130,7 +130,6 @@ absl::StatusOr<std::string> CombineParts(absl::string_view op, DType dtype,
     case DType::kInt64: CombineAs<int64_t>(op, parts, &out); break;
     case DType::kInt32: {
       // Wraps as the kernels do, with no signed overflow on the host.
-      std::vector<std::string> widened;
       int32_t acc;
       std::memcpy(&acc, parts[0].data(), 4);
       for (size_t i = 1; i < parts.size(); ++i) {
@@ -163,7 +162,7 @@ absl::StatusOr<std::string> CombineParts(absl::string_view op, DType dtype,
 }  // namespace
 
 bool ShardedRun::Wanted(Engine& engine, const Request& request) {
-  if (request.pinned_device_ >= 0 || engine.num_devices() < 1) return false;
+  if (request.pinned_device_ >= 0) return false;
   const Graph& g = request.graph_;
   if (g.device >= 0) return false;  // bound to one GPU's shared memory
   for (const GraphOutput& o : g.outputs) {

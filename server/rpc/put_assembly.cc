@@ -38,7 +38,7 @@ absl::Status PutAssembly::OnHeader(const v1::PutTensorHeader& h) {
     }
     ASSIGN_OR_RETURN(parts_, engine_.ShardRows(meta, what));
   } else {
-    ASSIGN_OR_RETURN(int d, h.device().empty() ? engine_.PlaceNew(meta.Bytes())
+    ASSIGN_OR_RETURN(int d, h.device().empty() ? engine_.PlaceNew()
                                                : engine_.FindDevice(h.device(), what));
     parts_ = {{.device = d, .row_begin = 0, .rows = meta.rank() > 0 ? meta.shape[0] : 1}};
   }

@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "server/engine/cpu_backend.h"
+#include "server/ops/host_kernel_env.h"
 #include "server/ops/op.h"
 #include "server/ops/op_util.h"
 #include "tests/support/result_check.h"
@@ -352,12 +352,10 @@ absl::StatusOr<client::HostTensor> Reference(const std::string& op,
   out.dtype = static_cast<v1::DType>(out_meta->dtype);
   out.shape = out_meta->shape;
   out.data.resize(out_meta->Bytes());
-  static Backend* const cpu = MakeCpuBackend(0).release();
-  static ExecEnv* const env = cpu->NewExecEnv()->release();
+  HostKernelEnv env;
   AttrMap attrs;
-  KernelArgs args{ptrs, metas, out.data.data(), *out_meta, attrs, *env};
+  KernelArgs args{ptrs, metas, out.data.data(), *out_meta, attrs, env};
   if (absl::Status s = row->run(args); !s.ok()) return s;
-  (void)env->Finish(0);
   return out;
 }
 

@@ -90,3 +90,27 @@ class ServerTestCase(unittest.TestCase):
         if status != 0:
             raise AssertionError(f"opserve exited {status}:\n{cls.server.log()}")
 
+
+
+class ClientTestCase(ServerTestCase):
+    """A ServerTestCase with an opserve.Client per test; every tensor a test leaves is deleted."""
+
+    def setUp(self):
+        import opserve  # the package under test; pure-protobuf suites import this module too
+        self.opserve = opserve
+        self.client = opserve.Client(self.server.target, timeout=30)
+        self.addCleanup(self.client.close)
+        self.addCleanup(self.delete_all)
+
+    def delete_all(self):
+        for info in self.client.list():
+            self.client.delete(info.name)
+
+    def assertError(self, code, call, *message_parts):
+        with self.assertRaises(self.opserve.OpserveError) as caught:
+            call()
+        self.assertEqual(caught.exception.code, code, caught.exception.message)
+        for part in message_parts:
+            self.assertIn(part, caught.exception.message)
+        self.assertTrue(str(caught.exception).startswith(f"{code.name}: "))
+        return caught.exception

@@ -10,7 +10,7 @@ import numpy as np
 
 import op_table
 import opserve
-from client_support import Server, ServerTestCase, work_dir
+from client_support import ClientTestCase, Server, ServerTestCase, work_dir
 from e2e_script import free_port
 
 RNG = np.random.default_rng(16)
@@ -59,25 +59,7 @@ def random_array(dtype, shape):
     return RNG.standard_normal(shape).astype(np.float32)
 
 
-class ClientTest(ServerTestCase):
-    def setUp(self):
-        self.client = opserve.Client(self.server.target, timeout=30)
-        self.addCleanup(self.client.close)
-        self.addCleanup(self.delete_all)
-
-    def delete_all(self):
-        for info in self.client.list():
-            self.client.delete(info.name)
-
-    def assertError(self, code, call, *message_parts):
-        with self.assertRaises(opserve.OpserveError) as caught:
-            call()
-        self.assertEqual(caught.exception.code, code, caught.exception.message)
-        for part in message_parts:
-            self.assertIn(part, caught.exception.message)
-        self.assertTrue(str(caught.exception).startswith(f"{code.name}: "))
-        return caught.exception
-
+class ClientTest(ClientTestCase):
     def test_health(self):
         self.assertTrue(self.client.health())
 

@@ -12,7 +12,7 @@ import numpy as np
 
 import opserve
 import opserve.aio
-from client_support import Server, ServerTestCase, work_dir
+from client_support import ClientTestCase, Server, ServerTestCase, work_dir
 
 RNG = np.random.default_rng(2)
 DEVICES = ("cpu:0", "cpu:1")
@@ -22,24 +22,9 @@ def floats(*shape):
     return RNG.standard_normal(shape).astype(np.float32)
 
 
-class DevicesTest(ServerTestCase):
+class DevicesTest(ClientTestCase):
     server_device = "cpu:2"
 
-    def setUp(self):
-        self.client = opserve.Client(self.server.target, timeout=30)
-        self.addCleanup(self.client.close)
-        self.addCleanup(self.delete_all)
-
-    def delete_all(self):
-        for info in self.client.list():
-            self.client.delete(info.name)
-
-    def assertError(self, code, call, *message_parts):
-        with self.assertRaises(opserve.OpserveError) as caught:
-            call()
-        self.assertEqual(caught.exception.code, code, caught.exception.message)
-        for part in message_parts:
-            self.assertIn(part, caught.exception.message)
 
     def test_devices(self):
         devices = self.client.devices()
