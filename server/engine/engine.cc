@@ -65,10 +65,11 @@ Engine::~Engine() = default;
 
 void Engine::Submit(std::unique_ptr<Request> request) {
   request->engine_ = this;
+  if (request->pinned_device_ < 0) BindStoredInputs(request->graph_, request->tenant_);
   if (ShardedRun::Wanted(*this, *request)) return ShardedRun::Start(*this, std::move(request));
   absl::StatusOr<int> d = request->pinned_device_ >= 0
                               ? absl::StatusOr<int>(request->pinned_device_)
-                              : PlaceGraph(request->graph_, request->tenant_);
+                              : PlaceGraph(request->graph_);
   if (!d.ok()) return Request::Fail(std::move(request), d.status());
   if (absl::Status s = Serving(*d); !s.ok()) return Request::Fail(std::move(request), s);
   request->device_ = *d;

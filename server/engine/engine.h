@@ -128,8 +128,12 @@ class Engine {
   friend class ShardedRun;
   // Queues a planned request on its device (request->device_).
   void Queue(std::unique_ptr<Request> request);
-  // Picks the device of a request from its stored inputs and the devices' load (placement.cc).
-  absl::StatusOr<int> PlaceGraph(const Graph& graph, const std::string& tenant) const;
+  // Looks each stored input of `graph` up once, binding it (Graph::bound): placement, the
+  // sharded-run check and planning all read the same tensors.
+  void BindStoredInputs(Graph& graph, const std::string& tenant) const;
+  // Picks the device of a request from its bound stored inputs and the devices' load
+  // (placement.cc).
+  absl::StatusOr<int> PlaceGraph(const Graph& graph) const;
   // Replaces the plan's stored inputs that live elsewhere than device `d` by copies there.
   absl::Status GatherInputs(Request& request, int d);
   int LeastLoaded() const;

@@ -130,23 +130,31 @@ int Engine::LeastLoaded() const {
   return best;
 }
 
-absl::StatusOr<int> Engine::PlaceGraph(const Graph& graph, const std::string& tenant) const {
+void Engine::BindStoredInputs(Graph& graph, const std::string& tenant) const {
+  for (const GraphNode& node : graph.nodes) {
+    for (const GraphInput& in : node.inputs) {
+      if (in.source != GraphInput::Source::kStored) continue;
+      if (std::any_of(graph.bound.begin(), graph.bound.end(),
+                      [&](const StoredTensorPtr& t) { return t->name == in.name; })) {
+        continue;
+      }
+      auto t = store_.Get(std::string(in.name), tenant);
+      if (t.ok()) graph.bound.push_back(*std::move(t));  // a missing one: planning names it
+    }
+  }
+}
+
+absl::StatusOr<int> Engine::PlaceGraph(const Graph& graph) const {
   if (num_devices() == 1) return 0;
   if (graph.device >= 0) return graph.device;  // its CUDA shared memory is there
   std::map<int, uint64_t> bytes;  // per device
-  std::map<absl::string_view, bool> seen;
-  for (const GraphNode& node : graph.nodes) {
-    for (const GraphInput& in : node.inputs) {
-      if (in.source != GraphInput::Source::kStored || !seen.emplace(in.name, true).second) continue;
-      auto t = store_.Get(std::string(in.name), tenant);
-      if (!t.ok()) continue;  // planning names it
-      RETURN_IF_ERROR(Readable(**t));
-      if (!(*t)->sharded()) {
-        bytes[(*t)->device] += (*t)->meta.Bytes();
-        continue;
-      }
-      for (const TensorShard& s : (*t)->shards) bytes[s.device] += s.buffer ? s.buffer->bytes() : 0;
+  for (const StoredTensorPtr& t : graph.bound) {
+    RETURN_IF_ERROR(Readable(*t));
+    if (!t->sharded()) {
+      bytes[t->device] += t->meta.Bytes();
+      continue;
     }
+    for (const TensorShard& s : t->shards) bytes[s.device] += s.buffer ? s.buffer->bytes() : 0;
   }
   int best = -1;
   uint64_t most = 0;

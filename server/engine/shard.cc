@@ -77,18 +77,15 @@ std::optional<std::map<std::string, Kind>> Classify(const Graph& g, absl::string
   return kind;
 }
 
-// The sharded tensor a graph reads, when it reads exactly one (several would need their shards
-// to line up; the engine gathers them instead).
-StoredTensorPtr ShardedInput(Engine& engine, const Graph& g, const std::string& tenant) {
+// The sharded tensor a graph reads (its stored inputs are bound: Engine::BindStoredInputs), when
+// it reads exactly one (several would need their shards to line up; the engine gathers them
+// instead).
+StoredTensorPtr ShardedInput(const Graph& g) {
   StoredTensorPtr found;
-  for (const GraphNode& n : g.nodes) {
-    for (const GraphInput& in : n.inputs) {
-      if (in.source != GraphInput::Source::kStored) continue;
-      auto t = engine.store().Get(std::string(in.name), tenant);
-      if (!t.ok() || !(*t)->sharded()) continue;
-      if (found && found != *t) return nullptr;
-      found = *t;
-    }
+  for (const StoredTensorPtr& t : g.bound) {
+    if (!t->sharded()) continue;
+    if (found) return nullptr;
+    found = t;
   }
   return found;
 }
@@ -168,7 +165,7 @@ bool ShardedRun::Wanted(Engine& engine, const Request& request) {
   for (const GraphOutput& o : g.outputs) {
     if (o.host_dest != nullptr || o.device_dest) return false;
   }
-  StoredTensorPtr t = ShardedInput(engine, g, request.tenant_);
+  StoredTensorPtr t = ShardedInput(g);
   if (!t || !engine.Readable(*t).ok()) return false;
   return Classify(g, t->name).has_value();
 }
@@ -177,7 +174,7 @@ ShardedRun::ShardedRun(Engine& engine, std::unique_ptr<Request> request, StoredT
     : engine_(engine), request_(std::move(request)), sharded_(std::move(sharded)) {}
 
 void ShardedRun::Start(Engine& engine, std::unique_ptr<Request> request) {
-  StoredTensorPtr t = ShardedInput(engine, request->graph_, request->tenant_);
+  StoredTensorPtr t = ShardedInput(request->graph_);
   if (!t) return Request::Fail(std::move(request), absl::InternalError("the sharded input went"));
   auto* run = new ShardedRun(engine, std::move(request), t);
   const Graph& g = run->request_->graph_;
@@ -189,8 +186,9 @@ void ShardedRun::Start(Engine& engine, std::unique_ptr<Request> request) {
     const GraphInput& b = n.inputs[1];
     if (b.source != GraphInput::Source::kStored || b.name == t->name) continue;
     if (!seen.emplace(b.name, true).second) continue;
-    auto stored = engine.store().Get(std::string(b.name), run->request_->tenant_);
-    if (!stored.ok()) continue;  // the parts' planning names it
+    auto stored = std::find_if(g.bound.begin(), g.bound.end(),
+                               [&](const StoredTensorPtr& t) { return t->name == b.name; });
+    if (stored == g.bound.end()) continue;  // not stored: the parts' planning names it
     const StoredTensor& src = **stored;
     absl::Status s = engine.Readable(src);
     std::vector<void*> ptrs(engine.num_devices(), nullptr);
@@ -240,6 +238,8 @@ void ShardedRun::Start(Engine& engine, std::unique_ptr<Request> request) {
     part_graph.bound = bound[sh.device];
     part_graph.bound.push_back(std::make_shared<StoredTensor>(
         StoredTensor{t->name, t->ShardMeta(sh), sh.buffer, sh.device}));
+    // Then the request's own stored inputs: the first binding of a name wins (plan.cc).
+    part_graph.bound.insert(part_graph.bound.end(), g.bound.begin(), g.bound.end());
     const Request& r = *run->request_;
     auto part = std::make_unique<Request>(r.rpc_, r.received_, nullptr, *run, r.tenant_,
                                           std::move(part_graph));
