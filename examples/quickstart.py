@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """opserve from Python: keep a matrix on the server, run a graph on it, read the results.
 
-Needs the opserve package (README, "Python client") and a running server, e.g.
+Needs the opserve package (README, "Quickstart") and a running server, e.g.
 build/server/opserve --device=cpu (the CPU backend runs anywhere):
 
     python examples/quickstart.py --target 127.0.0.1:50051

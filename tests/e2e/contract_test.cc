@@ -150,7 +150,7 @@ TEST_F(ContractTest, EveryListedOpAlgorithmAndDtypeRuns) {
     }
     EXPECT_EQ(std::set<int>(op.dtypes().begin(), op.dtypes().end()), from_algorithms)
         << "the op's dtypes are not the union of its algorithms' dtypes";
-    // What the op table (and the README's "Ops and dtypes") promises on every backend.
+    // What the op table (and docs/API.md's "Ops and dtypes") promises on every backend.
     const OpSpec* spec = FindOp(op.name());
     ASSERT_NE(spec, nullptr) << "ListOps lists an op the table lacks";
     std::set<int> promised;

@@ -626,7 +626,7 @@ TEST_F(KServeTest, ModelConfigOfOpModelsAndASavedGraph) {
     EXPECT_EQ(config.name(), op.name);
     EXPECT_EQ(config.platform(), "opserve_op");
     EXPECT_EQ(config.backend(), "opserve");
-    // No batch dimension of Triton's kind: the shapes are whole (README.md).
+    // No batch dimension of Triton's kind: the shapes are whole (docs/API.md).
     EXPECT_EQ(config.max_batch_size(), 0);
     ASSERT_TRUE(config.parameters().count("opserve_max_batch_size"));
     EXPECT_EQ(config.parameters().at("opserve_max_batch_size").string_value(), "1");

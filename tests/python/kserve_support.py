@@ -1,6 +1,6 @@
 """What kserve_test.py needs that is not a test: stubs generated at test time, a real server,
 POSIX shared memory, datatype conversions and a numpy tolerance check. Written from
-proto/inference/grpc_service.proto, proto/opserve/v1/opserve.proto and README.md's "Open
+proto/inference/grpc_service.proto, proto/opserve/v1/opserve.proto and docs/API.md's "Open
 Inference Protocol (KServe v2)" section alone; what it needs of the op table is in op_table.py.
 Not a test itself.
 """

@@ -1,12 +1,12 @@
 #!/usr/bin/python3
 """The Open Inference Protocol (KServe v2) side of opserve, from a client written from the
 specification alone: proto/inference/grpc_service.proto, proto/opserve/v1/opserve.proto and
-README.md's "Open Inference Protocol (KServe v2)" section, and the op table read through
+docs/API.md's "Open Inference Protocol (KServe v2)" section, and the op table read through
 opserve-op-table (op_table.py: the ops, their shapes and their CPU reference; no op list here).
 Against real servers on the CPU backend in `make test`, on the CUDA backend in the GPU suite
 (OPSERVE_TEST_DEVICE=cuda): every RPC, every op model and datatype against the CPU reference,
 every op's empty inputs, a saved graph (against numpy), stored-tensor inputs and outputs,
-system shared memory with a 256 MiB region, ModelConfig and ModelStatistics, the README's
+system shared memory with a 256 MiB region, ModelConfig and ModelStatistics, docs/API.md's
 hostile cases (code, culprit named, nothing changed) and tenancy. Stubs are generated at test time with protoc and
 grpc_python_plugin (Debian's python3-grpcio has no grpc_tools).
 
@@ -36,7 +36,7 @@ TABLE = None  # op_table.OpTable
 K = KG = O = OG = R = RG = None  # generated modules: inference, opserve.v1, reflection
 C = grpc.StatusCode
 CUDA = ks.device().startswith("cuda")  # the GPU suite runs this file against the CUDA backend
-# README's "Open Inference Protocol": an op model's inputs by the op's arity; its output is "y".
+# docs/API.md, "Open Inference Protocol": an op model's inputs by its arity; its output is "y".
 INPUT_NAMES = {1: ["x"], 2: ["a", "b"]}
 
 
@@ -120,7 +120,7 @@ class Base(unittest.TestCase):
 
     def auto_algorithm(self, op):
         """What `auto` must report: the op's default on the CPU; on the GPU `auto` also chooses by
-        shape (README), so there any algorithm ListOps lists for the op (None: checked that way)."""
+        shape (docs/API.md), so there any algorithm ListOps lists for the op (None: checked that way)."""
         return None if CUDA else self.ops[op].default_algorithm
 
     def input_rounding(self, op, algorithm, datatype):
@@ -140,7 +140,7 @@ class Base(unittest.TestCase):
         got = params["algorithm"].string_param
         self.assertTrue(got and got != "auto", f"algorithm '{got}'")
         if algorithm:
-            # README's "Fallbacks are reported": a row that cannot take a shape runs, and names,
+            # docs/API.md's "Fallbacks are reported": a row that cannot take a shape runs, and names,
             # the fallback the table gives it.
             fallback = TABLE.op(op).fallback(algorithm) if op else ""
             self.assertIn(got, (algorithm, fallback), f"asked for {algorithm}")
@@ -209,7 +209,7 @@ class KServeTest(Base):
             model = TABLE.op(op)
             self.assertEqual([i.name for i in meta.inputs], INPUT_NAMES[model.arity], op)
             self.assertEqual([o.name for o in meta.outputs], ["y"], op)
-            # The rank of the op's typical case of the highest rank (README).
+            # The rank of the op's typical case of the highest rank (docs/API.md).
             typical = max(model.small_shapes, key=lambda case: len(case[0]))
             for i, shape in zip(meta.inputs, typical):
                 self.assertEqual(i.datatype, ks.KSERVE_OF_DTYPE[info.dtypes[0]], f"{op}: the op's first datatype")
@@ -590,8 +590,9 @@ class KServeTest(Base):
 
     def test_unregister_a_region_in_use(self):
         # A matmul whose inputs and output are in the region, sized to take ~3 s here (on the GPU
-        # the `naive` row, a thread per output, which PERFORMANCE.md times at 2.2 s for 8192^3);
-        # made larger and tried again if it ends before the unregisters do (a faster machine).
+        # the `naive` row, a thread per output, which docs/performance/history.md times at 2.2 s
+        # for 8192^3); made larger and tried again if it ends before the unregisters do (a faster
+        # machine).
         algorithm, largest = ({"algorithm": "naive"}, 8192) if CUDA else ({}, 4096)
 
         def matmul_seconds(n):
