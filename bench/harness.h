@@ -2,7 +2,7 @@
 // (timing.cc), the ceilings and the loop over the op table's rows (harness.cc), and what a case
 // file exports to the entry point (bench_main.cc, which also holds the CLI flags).
 //
-// Method (METHOD.md of the lent GPU machines):
+// Method (as every figure in PERFORMANCE.md is taken):
 //   - CUDA events around each run, after warm-up; the median of >= 20 runs is reported.
 //   - Each run is preceded by a ~100 us spin kernel on the same stream, so the host queues the
 //     run while the GPU is busy: the events see the device's work (every launch of a multi-launch
@@ -43,7 +43,7 @@ constexpr int kWarmups = 3;
 constexpr int64_t kSpinNs = 100 * 1000;  // longer than any launcher's host work seen
 constexpr double kSlowRunMs = 150.0;     // runs slower than this get kMinReps and one warm-up
 constexpr uint64_t kAlign = 256;         // the pool's alignment; sets start on it
-constexpr uint64_t kCopyBytes = 4ull << 30;    // the D2D ceiling copies 4 GiB (as GPU.md's)
+constexpr uint64_t kCopyBytes = 4ull << 30;    // the D2D ceiling copies 4 GiB
 constexpr uint64_t kStreamBytes = 4ull << 30;  // the read stream reads 4 GiB a run, 2 sets
 
 struct Options {

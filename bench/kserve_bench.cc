@@ -370,7 +370,7 @@ void AddKServeTargets(const KServeFigures& f, Report& rep) {
             f.shm_put_gbps >= bar);
   // Infer time is the server's, from receipt to response, as Triton's statistics extension counts
   // a request's duration: a client's wall time adds a gRPC round trip, and that alone
-  // (Health/Check's p50, printed beside) is above 100 us on the lent hosts.
+  // (Health/Check's p50, printed beside) is above 100 us on the GPU hosts.
   AddTarget(rep, "OIP: 1 GiB row_mean via CUDA shm, server infer - kernel <= 100 us",
             absl::StrFormat("%.1f us (client wall - kernel %.1f - %.1f = %.1f us; Health/Check p50 %.1f us)",
                             f.cuda_server_over_kernel_us, f.cuda_infer_us, f.cuda_kernel_us,

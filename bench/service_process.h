@@ -145,8 +145,8 @@ inline std::string RandomFloats(uint64_t count) {
 // gRPC's floor: a unary Health/Check (empty request: the whole server) made as Client::Execute
 // makes its calls, through the blocking path of generated stubs, where the calling thread waits
 // on a completion queue of its own. (A callback call waited on with a future took 10-21% longer
-// at one client on the lent machines; at 16 and 64 clients the two forms were within the noise:
-// PERFORMANCE.md, "The service under concurrent load".)
+// at one client on the GPU hosts; at 16 and 64 clients the two forms were within the noise:
+// docs/performance/history.md, "The service under concurrent load".)
 inline bool HealthCheck(grpc::ChannelInterface* channel) {
   static const grpc::internal::RpcMethod kMethod("/grpc.health.v1.Health/Check",
                                                  grpc::internal::RpcMethod::NORMAL_RPC);

@@ -1,7 +1,7 @@
 // Client::ModelInfer: the Open Inference Protocol's ModelInfer with the inputs' bytes sent from
 // the caller's memory. The generated stub would serialize the whole request, tensor bytes
 // included, into fresh memory before the first byte leaves: for a 128 MiB input that is a copy
-// plus a page fault per 4 KiB, which on the lent GPU host cost more than the transfer itself
+// plus a page fault per 4 KiB, which on the GPU hosts cost more than the transfer itself
 // (PERFORMANCE.md, "The Open Inference Protocol"). Here the request is serialized without its tensor bytes, and each
 // input's bytes follow as a raw_input_contents entry whose slice borrows the caller's buffer.
 //

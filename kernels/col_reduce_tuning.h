@@ -1,6 +1,6 @@
 // The knobs of ColReduce (kernels/col_reduce.cu), for the kernel layer and its benchmark only:
 // ColReduce runs ColReduceDefaultTuning(). opserve-bench --ops=col_sweep times every supported
-// combination on FLOAT32, which is how the default was chosen (PERFORMANCE.md).
+// combination on FLOAT32, which is how the default was chosen (docs/performance/history.md).
 #pragma once
 
 #include "kernels/common.h"

@@ -23,7 +23,7 @@ namespace {
 
 using warp_tiled::Config;
 
-// The configurations, chosen by bench/diag/matmul_sweep.cu on the H200 (PERFORMANCE.md), tile
+// The configurations, chosen by bench/diag/matmul_sweep.cu on the H200 (docs/performance/history.md), tile
 // shapes and thread mappings against cuBLAS's pedantic SGEMM at 1024^3, 4096^3 and 8192^3.
 // Large C: 256 x 128 x 16 tiles, 8 warps of 64 x 64, each thread 16 x 8 outputs as 4 x 2 blocks
 // of 4 x 4. A thread's four 4-row blocks lie 16 rows apart, so a warp's loads of A^T read 4

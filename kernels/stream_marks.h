@@ -2,7 +2,7 @@
 // the device far less than the nodes they replace: an external event record node leaves a gap
 // of about 2.8 us on the device, a timestamp kernel 1.4 us, and a device-to-host copy node of a
 // few bytes brings the graph's end about 3 us later than a copy kernel (measured on an H200 by
-// bench/diag/graph_marks.cu; PERFORMANCE.md, issue 14's section).
+// bench/diag/graph_marks.cu; docs/performance/history.md).
 #pragma once
 
 #include "kernels/common.h"

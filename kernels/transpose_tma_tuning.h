@@ -1,6 +1,6 @@
 // The knobs of TransposeTma (kernels/transpose_tma.cu), for the kernel layer and its benchmark
 // only: TransposeTma itself runs TransposeTmaDefaultTuning(elem_bytes). opserve-bench --transpose-sweep times
-// every supported combination, which is how the defaults were chosen (PERFORMANCE.md).
+// every supported combination, which is how the defaults were chosen (docs/performance/history.md).
 #pragma once
 
 #include "kernels/common.h"

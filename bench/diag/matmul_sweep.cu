@@ -1,6 +1,6 @@
 // Diagnostic, not part of opserve: the warp-tiled SGEMM (kernels/matmul_warp_tiled.cuh) in
 // several tile configurations against cuBLAS's pedantic SGEMM, FLOAT32 row-major, at 1024^3,
-// 4096^3 and 8192^3: how the table's configurations were chosen (PERFORMANCE.md).
+// 4096^3 and 8192^3: how the table's configurations were chosen (docs/performance/history.md).
 // Each shape's entries run interleaved, round by round, on three input sets in turn (bigger
 // than L2 together, as in opserve-bench); CUDA events around each run; median.
 // Run: opserve-matmul-sweep [reps]

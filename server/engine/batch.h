@@ -27,8 +27,8 @@ namespace opserve {
 
 // The most bytes a batchable request's nodes may move (their Cost): a request that waits for
 // its batch waits for every member's kernels, which saves a launch-bound request more than it
-// costs and a bandwidth-bound one nothing (4096x4096 row_mean lost 1-5% batched on the lent
-// H200; PERFORMANCE.md, "The service under concurrent load").
+// costs and a bandwidth-bound one nothing (4096x4096 row_mean lost 1-5% batched on an
+// H200; docs/performance/history.md, "The service under concurrent load").
 inline constexpr uint64_t kMaxBatchableBytes = 1 << 20;
 
 // Whether a request may share a run with others: it is tiny (kMaxBatchableBytes), stores nothing

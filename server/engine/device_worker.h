@@ -52,9 +52,9 @@ class DeviceWorker {
  public:
   // Requests a lane may have queued on its stream at once by default. A context is held from
   // its launch until a completion thread has finished it (launch, device, outputs: 17.7 us for a
-  // small request on the lent H200), so with two a lane launched a burst at one request per
+  // small request on an H200), so with two a lane launched a burst at one request per
   // 9.9 us where the device took one per 6.6 us; four measured better at 64 clients and no worse
-  // at 16 (PERFORMANCE.md, "The service under concurrent load").
+  // at 16 (docs/performance/history.md, "The service under concurrent load").
   static constexpr int kDefaultContextsPerLane = 4;
   static constexpr int kMaxContextsPerLane = 8;
   // Completion threads per lane by default; see Start.

@@ -4,7 +4,7 @@
 // message is parsed. With glibc's defaults that memory goes back to the kernel after every large
 // request: a thread's arena unmaps a heap once it is empty, and the main arena trims its top past
 // a threshold that follows the largest block freed. The next request faults every page in again,
-// which costs more than the copy itself where page faults are slow: the lent GPU host first-touches
+// which costs more than the copy itself where page faults are slow: the GPU hosts first-touch
 // fresh memory at 1.5-2.1 GB/s (client/TUNING.md), slower than gRPC moves bytes over loopback.
 // PERFORMANCE.md ("The Open Inference Protocol") has raw_input_contents with and without the settings below.
 //
