@@ -163,5 +163,22 @@ class ProxyTest(unittest.TestCase):
         self.assertEqual(caught.exception.code, grpc.StatusCode.UNAVAILABLE)
 
 
+    def test_deployments_run_this_configuration(self):
+        """Kubernetes' ConfigMap and Compose's mount carry deploy/proxy/haproxy.cfg itself."""
+        import subprocess
+        import yaml
+        root = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir)
+        with open(os.path.join(root, "deploy", "proxy", "haproxy.cfg")) as f:
+            config = f.read()
+        rendered = subprocess.run(["kubectl", "kustomize", os.path.join(root, "deploy", "k8s", "proxy")],
+                                  check=True, capture_output=True, text=True, timeout=60).stdout
+        maps = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "ConfigMap"]
+        self.assertEqual([m["data"]["haproxy.cfg"] for m in maps], [config],
+                         "deploy/k8s/proxy/haproxy.cfg differs from deploy/proxy/haproxy.cfg")
+        with open(os.path.join(root, "deploy", "docker", "compose.yaml")) as f:
+            proxy = yaml.safe_load(f)["services"]["proxy"]
+        self.assertIn("../proxy/haproxy.cfg:/usr/local/etc/haproxy/haproxy.cfg:ro", proxy["volumes"])
+
+
 if __name__ == "__main__":
     unittest.main()
