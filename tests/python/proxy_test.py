@@ -92,7 +92,7 @@ class ProxyTest(unittest.TestCase):
         for name in NAMES:  # consistent hashing spreads them, roughly
             self.assertGreater(by_replica[name], SESSIONS // 5, by_replica)
             direct = self.opserve.Client(f"127.0.0.1:{self.replicas[name].port}")
-            stored = {t.name.split("/")[0] for t in direct.list()}
+            stored = {t.name.split("/")[0] for t in direct.list()} & set(ids)
             direct.close()
             self.assertEqual(stored, {s for s, r in holders.items() if r == name},
                              f"{name} holds the tensors of exactly the sessions hashed to it")
@@ -149,6 +149,23 @@ class ProxyTest(unittest.TestCase):
         self.assertEqual(changed, set(moved))
         self.assertTrue(0.2 <= len(changed) / SESSIONS <= 0.8, len(changed))
         self.assertEqual(self.run_stored(moved[0]).session_unknown, gone)
+
+    def test_a_session_known_by_what_it_stored(self):
+        """A session is known to its replica once it stored something there, through Execute's
+        store_as as well as PutTensor; before, its misses say the replica never stored for it."""
+        session = "proxy-test-execute-only"
+        with self.client(session) as c:
+            with self.assertRaises(self.opserve.OpserveError) as caught:
+                c.get("missing")
+            self.assertEqual(caught.exception.session_unknown, self.proxy.replica_of(session))
+            g = self.opserve.Graph()
+            g.output(g.row_sum(g.input("a", np.ones((2, 2), np.float32))), name="s",
+                     store_as=f"{session}/s", overwrite=True)
+            c.run(g)
+            with self.assertRaises(self.opserve.OpserveError) as caught:
+                c.get("missing")
+        self.assertEqual(caught.exception.code, grpc.StatusCode.NOT_FOUND)
+        self.assertIsNone(caught.exception.session_unknown, caught.exception.message)
 
     def test_tls_at_the_proxy(self):
         holder = self.put_run_get("proxy-test-tls", tls=True)
