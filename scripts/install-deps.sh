@@ -13,9 +13,10 @@ packages=(
   patchelf
 )
 # Tools the deploy and metrics checks in `make test` use (promtool and the Prometheus server,
-# yamllint, docker-compose's config check).
+# yamllint, docker-compose's config check, and HAProxy, which python_proxy runs in front of two
+# replicas with a certificate made by openssl).
 if [[ "${1:-}" == "--test" ]]; then
-  packages+=(prometheus yamllint docker-compose openssl clang-14 libclang-rt-14-dev)
+  packages+=(prometheus yamllint docker-compose openssl clang-14 libclang-rt-14-dev haproxy)
 fi
 
 missing=()

@@ -36,6 +36,7 @@
 #include "server/rpc/inference_service.h"
 #include "server/rpc/security.h"
 #include "server/rpc/service.h"
+#include "server/rpc/replica_identity.h"
 #include "server/rpc/socket_drain.h"
 #include "server/engine/warmup.h"
 #if OPSERVE_WITH_CUDA
@@ -44,6 +45,9 @@
 
 ABSL_FLAG(std::string, host, "0.0.0.0", "address to listen on");
 ABSL_FLAG(int, port, 50051, "gRPC port (0: pick a free one and print it)");
+ABSL_FLAG(std::string, replica_name, "",
+          "this replica's name in the x-opserve-replica response header and in the NOT_FOUND a "
+          "session that lost its replica gets (empty: <hostname>:<port>)");
 ABSL_FLAG(int, metrics_port, 9464, "Prometheus /metrics port (0: pick a free one, -1: off)");
 ABSL_FLAG(std::string, device, "auto",
           "auto (every GPU, else the CPU) | cpu | cpu:N (N CPU reference devices) | cuda (every "
@@ -632,6 +636,12 @@ int Run() {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  ReplicaIdentity replica;
+  {
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+    interceptors.push_back(replica.InterceptorFactory());
+    builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  }
   int port = 0;
   builder.AddListeningPort(absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port)),
                            *credentials, &port);
@@ -656,6 +666,8 @@ int Run() {
               << std::endl;
     return 2;
   }
+  const std::string replica_name = absl::GetFlag(FLAGS_replica_name);
+  replica.set_name(replica_name.empty() ? DefaultReplicaName(port) : replica_name);
   auto* health = server->GetHealthCheckService();
   health->SetServingStatus(true);
   health_service.store(health);
@@ -663,6 +675,7 @@ int Run() {
     if (absl::Status h = core.engine().backend(i).Healthy(); !h.ok()) core.engine().MarkFailed(i, h);
   }
   g_serving.store(true);  // from here a signal drains instead of ending the process
+  std::cerr << "opserve: replica " << replica.name() << std::endl;
   std::cerr << "opserve: listening on " << absl::GetFlag(FLAGS_host) << ":" << port << std::endl;
 
   const int sig = WaitForTerminationSignal();

@@ -7,6 +7,7 @@
 
 #include "google/protobuf/descriptor.h"
 #include "opserve/v1/opserve.pb.h"
+#include "server/rpc/replica_identity.h"
 #include "server/rpc/server_core.h"
 
 namespace opserve {
@@ -25,6 +26,23 @@ TEST(ServerCoreTest, MetricRpcNamesAreEveryOpServeMethodAndModelInfer) {
   }
   EXPECT_EQ(unique.count("ModelInfer"), 1u);
   EXPECT_EQ(names.size(), static_cast<size_t>(service->method_count()) + 1);
+}
+
+// The record of sessions that stored on a replica keeps the most recently seen ones: a lookup
+// counts as seen, and the oldest goes when the set is full.
+TEST(ServerCoreTest, SessionRecordDropsTheLeastRecentlySeen) {
+  SessionRecord record(/*capacity=*/2);
+  record.Add("a");
+  record.Add("b");
+  EXPECT_TRUE(record.Contains("a"));  // now the most recent
+  record.Add("c");
+  EXPECT_EQ(record.size(), 2u);
+  EXPECT_TRUE(record.Contains("a"));
+  EXPECT_FALSE(record.Contains("b"));
+  EXPECT_TRUE(record.Contains("c"));
+  record.Add("c");  // again: no duplicate
+  EXPECT_EQ(record.size(), 2u);
+  EXPECT_FALSE(record.Contains(""));
 }
 
 }  // namespace
