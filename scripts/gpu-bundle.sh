@@ -48,6 +48,8 @@ copy_bins "$build" "$stage/opserve/bin" server/opserve client/opserve-cli tests/
 # its sources and protos under python/, and the stub generators it runs, which the GPU machine lacks.
 # It reads the op table through bin/opserve-op-table (tests/python/op_table.py), on its PATH.
 copy_bins / "$stage/opserve/bin" usr/bin/protoc usr/bin/grpc_python_plugin
+# HAProxy for scripts/proxy-bench.sh (replicas behind deploy/proxy/haproxy.cfg), where installed.
+[[ -x /usr/sbin/haproxy ]] && copy_bins / "$stage/opserve/bin" usr/sbin/haproxy
 for f in tests/python/kserve_test.py tests/python/kserve_support.py tests/python/client_support.py \
     tests/python/op_table.py \
     tests/support/e2e_script.py proto/inference/grpc_service.proto proto/opserve/v1/opserve.proto; do
