@@ -75,7 +75,7 @@ class Server {
     posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
     posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
     std::vector<std::string> args = {bin, "--device=cuda", "--host=127.0.0.1", "--port=0",
-                                     "--metrics_port=-1"};
+                                     "--metrics_port=-1", "--http_port=-1"};
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());

@@ -32,8 +32,9 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
   const bool tls = server->tls();
   if (tls && (mg_init_library(MG_FEATURES_SSL) & MG_FEATURES_SSL) == 0) {
     return absl::FailedPreconditionError(
-        "--http_port with --tls_cert: this civetweb cannot load OpenSSL, so HTTP cannot serve "
-        "HTTPS (turn HTTP off with --http_port=-1)");
+        "the TLS flags ask for HTTPS on --http_port, but civetweb cannot load OpenSSL here "
+        "(Debian 12's civetweb 1.15 looks up OpenSSL 1.1 functions that OpenSSL 3 lacks); "
+        "serve gRPC alone with --http_port=-1, or put a TLS proxy in front of a plaintext server");
   }
   if (!tls) mg_init_library(0);
   const std::string ports =

@@ -42,12 +42,19 @@ void Append(std::string* out, T v) {
   out->append(reinterpret_cast<const char*>(&v), sizeof(T));
 }
 
+// Arrays nested deeper than a tensor's dimensions go: the recursion below stays shallow.
+constexpr int kMaxDataDepth = 64;
+
 // The elements of JSON "data" (nested arrays flattened, as the protocol allows) as `dtype`'s
 // little-endian bytes.
 absl::Status EncodeData(const rapidjson::Value& v, DType dtype, const std::string& what,
-                        std::string* out) {
+                        std::string* out, int depth = 0) {
   if (v.IsArray()) {
-    for (const auto& e : v.GetArray()) RETURN_IF_ERROR(EncodeData(e, dtype, what, out));
+    if (depth == kMaxDataDepth) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": 'data' nests arrays more than ", kMaxDataDepth, " deep"));
+    }
+    for (const auto& e : v.GetArray()) RETURN_IF_ERROR(EncodeData(e, dtype, what, out, depth + 1));
     return absl::OkStatus();
   }
   const uint64_t index = out->size() / ElementSize(dtype);
