@@ -471,6 +471,49 @@ class PortInUse(unittest.TestCase):
             holder.stop()
 
 
+class Tls(unittest.TestCase):
+    def test_tls_flags_serve_https_or_refuse_to_start(self):
+        """With the TLS flags HTTP is HTTPS with the same certificate, or, where civetweb cannot
+        load OpenSSL (Debian 12's civetweb 1.15 against OpenSSL 3), the server refuses to
+        start and says so: never plaintext HTTP beside a TLS gRPC port."""
+        import ssl
+        import subprocess
+        directory = os.path.join(ARGS.work_dir, "Tls")
+        os.makedirs(directory, exist_ok=True)
+        cert, key = os.path.join(directory, "cert.pem"), os.path.join(directory, "key.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
+                        "-out", cert, "-days", "1", "-subj", "/CN=localhost",
+                        "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+        log = os.path.join(directory, "opserve.log")
+        process, _ = start_opserve(ARGS.opserve, "cpu", log,
+                                   ("--http_port=0", f"--tls_cert={cert}", f"--tls_key={key}"))
+        try:
+            deadline = time.monotonic() + STARTUP_SECONDS
+            while time.monotonic() < deadline and process.poll() is None:
+                with open(log) as f:
+                    text = f.read()
+                if "listening on" in text:
+                    break
+                time.sleep(0.05)
+            with open(log) as f:
+                text = f.read()
+            if process.poll() is not None:
+                self.assertEqual(process.returncode, 2, text)
+                self.assertIn("HTTPS", text)
+                self.assertIn("--http_port=-1", text)
+                return
+            port = int(text.split("HTTPS on 127.0.0.1:")[1].split()[0])
+            conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=TIMEOUT,
+                                               context=ssl.create_default_context(cafile=cert))
+            conn.request("GET", "/v2/health/live")
+            self.assertEqual(conn.getresponse().status, 200)
+            conn.close()
+        finally:
+            if process.poll() is None:
+                process.terminate()
+                process.wait(timeout=STARTUP_SECONDS)
+
+
 def main():
     global ARGS, TABLE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
