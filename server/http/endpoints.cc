@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/http/infer_body.h"
 #include "server/http/json_proto.h"
+#include "server/http/lent_call.h"
 
 namespace opserve::http {
 namespace {
@@ -57,7 +58,7 @@ bool ReadBody(Exchange& ex, absl::string_view what, google::protobuf::Message* r
   return s.ok();
 }
 
-void Infer(const Route& route, Exchange& ex, Stub& stub) {
+void Infer(const Route& route, Exchange& ex, grpc::GenericStub& generic) {
   absl::StatusOr<uint64_t> length = ex.BodyLength();
   if (!length.ok()) return ex.ReplyError(length.status());
   uint64_t header_bytes = *length;
@@ -74,10 +75,15 @@ void Infer(const Route& route, Exchange& ex, Stub& stub) {
   absl::Status s = ex.Read(header_bytes, &header);
   if (s.ok()) {
     s = InferRequestFromHttp(header, *length - header_bytes,
-                             [&ex](uint64_t n, std::string* dst) { return ex.Read(n, dst); }, &req);
+                             [&ex](char* dst, uint64_t n) { return ex.Read(dst, n); }, &req);
   }
   if (!s.ok()) return ex.ReplyError(s);
-  Call(ex, &Stub::ModelInfer, stub, req.message, [&](const inference::ModelInferResponse& resp) {
+  inference::ModelInferResponse resp;
+  auto ctx = ex.CallContext();
+  if (grpc::Status g = LentModelInfer(generic, ctx.get(), req, &resp); !g.ok()) {
+    return ex.ReplyError(g);
+  }
+  {
     std::string json;
     std::vector<std::string_view> binary;
     if (absl::Status s = InferResponseToHttp(resp, req, &json, &binary); !s.ok()) {
@@ -86,12 +92,12 @@ void Infer(const Route& route, Exchange& ex, Stub& stub) {
     if (binary.empty()) return ex.ReplyJson(json);
     ex.Reply(200, "application/octet-stream", json, binary,
              {{"Inference-Header-Content-Length", absl::StrCat(json.size())}});
-  });
+  }
 }
 
 }  // namespace
 
-void Serve(const Route& route, Exchange& ex, Stub& stub) {
+void Serve(const Route& route, Exchange& ex, Stub& stub, grpc::GenericStub& generic) {
   auto ok_if = [&ex](bool yes) { ex.ReplyStatus(yes ? 200 : 400); };
   switch (route.endpoint) {
     case Endpoint::kServerLive:
@@ -133,7 +139,7 @@ void Serve(const Route& route, Exchange& ex, Stub& stub) {
                   [&](const auto& r) { ex.ReplyJson(Json(r)); });
     }
     case Endpoint::kModelInfer:
-      return Infer(route, ex, stub);
+      return Infer(route, ex, generic);
     case Endpoint::kRepositoryIndex: {
       inference::RepositoryIndexRequest req;
       if (!ReadBody(ex, "repository index request", &req)) return;

@@ -77,17 +77,21 @@ absl::StatusOr<uint64_t> Exchange::BodyLength() {
 
 absl::Status Exchange::Read(uint64_t bytes, std::string* dst) {
   dst->resize(bytes);
+  return Read(dst->data(), bytes);
+}
+
+absl::Status Exchange::Read(char* dst, uint64_t bytes) {
   if (content_length_ < 0) {
     if (chunked_.size() - chunked_pos_ < bytes) {
       return absl::InvalidArgumentError("the request body ended early");
     }
-    std::copy_n(chunked_.data() + chunked_pos_, bytes, dst->data());
+    std::copy_n(chunked_.data() + chunked_pos_, bytes, dst);
     chunked_pos_ += bytes;
     return absl::OkStatus();
   }
   uint64_t got = 0;
   while (got < bytes) {
-    const int n = mg_read(conn_, dst->data() + got, std::min<uint64_t>(bytes - got, 1u << 30));
+    const int n = mg_read(conn_, dst + got, std::min<uint64_t>(bytes - got, 1u << 30));
     if (n <= 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("the request body ended after ", got, " of ", bytes, " bytes"));
@@ -140,7 +144,7 @@ void Exchange::Reply(int status, std::string_view content_type, std::string_view
   }
 }
 
-void Exchange::ReplyError(const grpc::Status& s) {
+void Exchange::ReplyError(const grpc::Status& s, int http_status) {
   rapidjson::StringBuffer buffer;
   JsonWriter w(buffer);
   w.StartObject();
@@ -152,15 +156,15 @@ void Exchange::ReplyError(const grpc::Status& s) {
     headers.emplace_back("WWW-Authenticate", "Bearer");
   }
   // A body past the limit is the protocol's 413, not a refusal of the call's.
-  const int status = body_too_large_ && s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED
-                         ? 413
-                         : HttpStatusOf(s.error_code());
+  int status = http_status != 0 ? http_status : HttpStatusOf(s.error_code());
+  if (body_too_large_ && s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) status = 413;
   Reply(status, "application/json",
         std::string_view(buffer.GetString(), buffer.GetSize()), {}, headers);
 }
 
-void Exchange::ReplyError(const absl::Status& s) {
-  ReplyError(grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message())));
+void Exchange::ReplyError(const absl::Status& s, int http_status) {
+  ReplyError(grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message())),
+             http_status);
 }
 
 }  // namespace opserve::http

@@ -36,6 +36,7 @@ class Exchange {
   absl::StatusOr<uint64_t> BodyLength();
   // The next `bytes` bytes of the body into `dst`; INVALID_ARGUMENT when the body ends early.
   absl::Status Read(uint64_t bytes, std::string* dst);
+  absl::Status Read(char* dst, uint64_t bytes);
   // The rest of the body (at most BodyLength()).
   absl::StatusOr<std::string> ReadAll();
 
@@ -48,8 +49,9 @@ class Exchange {
              const std::vector<std::pair<std::string, std::string>>& headers = {});
   void ReplyJson(std::string_view json) { Reply(200, "application/json", json); }
   void ReplyStatus(int status) { Reply(status, "", ""); }
-  void ReplyError(const grpc::Status& s);
-  void ReplyError(const absl::Status& s);
+  // `http_status` 0: HttpStatusOf the code.
+  void ReplyError(const grpc::Status& s, int http_status = 0);
+  void ReplyError(const absl::Status& s, int http_status = 0);
   bool replied() const { return replied_; }
   int status() const { return status_; }  // the answer's HTTP status
 

@@ -29,6 +29,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
     const HttpOptions& options, std::shared_ptr<grpc::Channel> channel) {
   std::unique_ptr<HttpServer> server(new HttpServer(options, std::move(channel)));
   server->stub_ = inference::GRPCInferenceService::NewStub(server->channel_);
+  server->generic_ = std::make_unique<grpc::GenericStub>(server->channel_);
   const bool tls = server->tls();
   if (tls && (mg_init_library(MG_FEATURES_SSL) & MG_FEATURES_SSL) == 0) {
     return absl::FailedPreconditionError(
@@ -86,12 +87,11 @@ int HttpServer::Handle(mg_connection* conn, void* self) {
     bool not_allowed = false;
     absl::StatusOr<Route> route = FindRoute(ex.method(), ex.path(), &not_allowed);
     if (!route.ok() && not_allowed) {
-      ex.Reply(405, "application/json",
-               absl::StrCat("{\"error\":\"", route.status().message(), "\"}"));
+      ex.ReplyError(route.status(), /*http_status=*/405);
     } else if (!route.ok()) {
       ex.ReplyError(route.status());
     } else {
-      Serve(*route, ex, *server->stub_);
+      Serve(*route, ex, *server->stub_, *server->generic_);
     }
   } catch (const std::exception& e) {  // e.g. no memory for a body within the limit
     if (!ex.replied()) ex.ReplyError(absl::InternalError(absl::StrCat("HTTP: ", e.what())));

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <grpcpp/channel.h>
+#include <grpcpp/generic/generic_stub.h>
 
 #include <memory>
 #include <string>
@@ -57,6 +58,7 @@ class HttpServer {
   const HttpOptions options_;
   const std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<inference::GRPCInferenceService::Stub> stub_;
+  std::unique_ptr<grpc::GenericStub> generic_;
   mg_context* ctx_ = nullptr;
   int port_ = 0;
 };
