@@ -4,7 +4,7 @@
 #include <google/protobuf/wire_format_lite.h>
 #include <grpcpp/completion_queue.h>
 #include <grpcpp/support/byte_buffer.h>
-#include <grpcpp/support/proto_buffer_reader.h>
+#include <grpcpp/impl/codegen/proto_utils.h>  // SerializationTraits of protobuf messages
 
 #include <condition_variable>
 #include <mutex>
