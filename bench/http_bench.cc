@@ -44,8 +44,9 @@ class HttpClient {
   };
 
   // `method path` with `body` (its pieces sent in order, none copied) and `headers`.
-  std::string Call(const char* method, const std::string& path, const std::vector<std::string_view>& body,
-                   const std::string& headers, Answer* answer) {
+  std::string Call(const char* method, const std::string& path,
+                   const std::vector<std::string_view>& body, const std::string& headers,
+                   Answer* answer) {
     uint64_t length = 0;
     for (std::string_view b : body) length += b.size();
     mg_printf(conn_, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %llu\r\n%s\r\n", method,
@@ -181,7 +182,8 @@ std::string Run(const HttpOptions& opt, HttpFigures* f) {
   const std::string key = absl::StrCat("/opserve-http-bench-", getpid());
   const int fd = shm_open(key.c_str(), O_CREAT | O_RDWR, 0600);
   if (fd < 0 || ftruncate(fd, f->shm_bytes) != 0) return "cannot create the shm object";
-  char* host = static_cast<char*>(mmap(nullptr, f->shm_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  char* host =
+      static_cast<char*>(mmap(nullptr, f->shm_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
   close(fd);
   if (host == MAP_FAILED) return "cannot map the shm object";
   struct Cleanup {
@@ -212,7 +214,8 @@ std::string Run(const HttpOptions& opt, HttpFigures* f) {
     for (int i = 0; i < 200 + opt.small_requests; ++i) {
       HttpClient::Answer a;
       auto t0 = Clock::now();
-      if (std::string err = http.Call("POST", "/v2/models/row_mean/infer", {body}, "", &a); !err.empty()) {
+      if (std::string err = http.Call("POST", "/v2/models/row_mean/infer", {body}, "", &a);
+          !err.empty()) {
         return err;
       }
       auto t1 = Clock::now();
@@ -234,13 +237,15 @@ std::string Run(const HttpOptions& opt, HttpFigures* f) {
 
   {  // (b) binary tensor data: the JSON header, then the input's bytes; the output binary too.
     const std::string header = InferJson(binary_rows, cols, nullptr, f->binary_bytes, "", 0, true);
-    const std::string headers = absl::StrCat("Inference-Header-Content-Length: ", header.size(), "\r\n");
+    const std::string headers =
+        absl::StrCat("Inference-Header-Content-Length: ", header.size(), "\r\n");
     const std::string_view raw(host, f->binary_bytes);
     std::vector<double> us;
     for (int i = 0; i <= opt.reps; ++i) {
       HttpClient::Answer a;
       const auto t0 = Clock::now();
-      if (std::string err = http.Call("POST", "/v2/models/row_mean/infer", {header, raw}, headers, &a);
+      if (std::string err =
+              http.Call("POST", "/v2/models/row_mean/infer", {header, raw}, headers, &a);
           !err.empty()) {
         return err;
       }
@@ -253,9 +258,10 @@ std::string Run(const HttpOptions& opt, HttpFigures* f) {
 
   {  // (c) system shared memory, registered over HTTP.
     HttpClient::Answer a;
-    const std::string reg = absl::StrFormat(R"({"key": "%s", "offset": 0, "byte_size": %d})", key,
-                                            f->shm_bytes);
-    if (std::string err = http.Call("POST", "/v2/systemsharedmemory/region/bench/register", {reg}, "", &a);
+    const std::string reg =
+        absl::StrFormat(R"({"key": "%s", "offset": 0, "byte_size": %d})", key, f->shm_bytes);
+    if (std::string err =
+            http.Call("POST", "/v2/systemsharedmemory/region/bench/register", {reg}, "", &a);
         !err.empty()) {
       return err;
     }
@@ -263,7 +269,8 @@ std::string Run(const HttpOptions& opt, HttpFigures* f) {
     std::vector<double> us;
     for (int i = 0; i <= opt.reps; ++i) {
       const auto t0 = Clock::now();
-      if (std::string err = http.Call("POST", "/v2/models/row_mean/infer", {body}, "", &a); !err.empty()) {
+      if (std::string err = http.Call("POST", "/v2/models/row_mean/infer", {body}, "", &a);
+          !err.empty()) {
         return err;
       }
       const double wall = Us(Clock::now() - t0);
@@ -306,7 +313,8 @@ void PrintHttp(const HttpFigures& f) {
   std::printf("  %llu MiB binary tensor data  %8.2f GB/s\n",
               static_cast<unsigned long long>(f.binary_bytes >> 20), f.binary_gbps);
   std::printf("  %llu MiB system shared memory  %8.2f GB/s (registered host->device %.1f GB/s)\n",
-              static_cast<unsigned long long>(f.shm_bytes >> 20), f.shm_gbps, f.h2d_registered_gbps);
+              static_cast<unsigned long long>(f.shm_bytes >> 20), f.shm_gbps,
+              f.h2d_registered_gbps);
 }
 
 void AddHttpTargets(const HttpFigures& f, Report& rep) {
@@ -319,10 +327,11 @@ void AddHttpTargets(const HttpFigures& f, Report& rep) {
                             static_cast<unsigned long long>(f.binary_bytes >> 20)),
             f.binary_gbps >= 1.5);
   if (f.h2d_registered_gbps > 0) {
-    AddTarget(rep, "HTTP: row_mean via system shm >= 0.7x registered H2D copy",
-              absl::StrFormat("%.1f GB/s vs 0.7 x %.1f (%llu MiB)", f.shm_gbps, f.h2d_registered_gbps,
-                              static_cast<unsigned long long>(f.shm_bytes >> 20)),
-              f.shm_gbps >= 0.7 * f.h2d_registered_gbps);
+    AddTarget(
+        rep, "HTTP: row_mean via system shm >= 0.7x registered H2D copy",
+        absl::StrFormat("%.1f GB/s vs 0.7 x %.1f (%llu MiB)", f.shm_gbps, f.h2d_registered_gbps,
+                        static_cast<unsigned long long>(f.shm_bytes >> 20)),
+        f.shm_gbps >= 0.7 * f.h2d_registered_gbps);
   }
 }
 

@@ -20,7 +20,7 @@ struct HttpOptions {
   uint64_t shm_mib = 1024;  // the shared memory transfer; the binary one is an eighth of it
   int reps = 5;             // timed, after one warm-up
   int small_requests = 2000;
-  bool gpu = true;          // measure the registered host-to-device anchor
+  bool gpu = true;  // measure the registered host-to-device anchor
 };
 
 struct HttpFigures {
@@ -28,9 +28,9 @@ struct HttpFigures {
   std::string error;
   double json_p50_us = 0, grpc_p50_us = 0;  // 10x2048 row_mean
   uint64_t binary_bytes = 0, shm_bytes = 0;
-  double binary_gbps = 0;                   // input bytes / wall, binary tensor data
-  double shm_gbps = 0;                      // input bytes / wall, system shared memory
-  double h2d_registered_gbps = 0;           // the anchor; 0 without a GPU
+  double binary_gbps = 0;          // input bytes / wall, binary tensor data
+  double shm_gbps = 0;             // input bytes / wall, system shared memory
+  double h2d_registered_gbps = 0;  // the anchor; 0 without a GPU
 };
 
 HttpFigures RunHttpBench(const HttpOptions& options);

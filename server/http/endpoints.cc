@@ -74,8 +74,9 @@ void Infer(const Route& route, Exchange& ex, grpc::GenericStub& generic) {
   req.message.set_model_version(route.version);
   absl::Status s = ex.Read(header_bytes, &header);
   if (s.ok()) {
-    s = InferRequestFromHttp(header, *length - header_bytes,
-                             [&ex](char* dst, uint64_t n) { return ex.Read(dst, n); }, &req);
+    s = InferRequestFromHttp(
+        header, *length - header_bytes, [&ex](char* dst, uint64_t n) { return ex.Read(dst, n); },
+        &req);
   }
   if (!s.ok()) return ex.ReplyError(s);
   inference::ModelInferResponse resp;
@@ -122,7 +123,8 @@ void Serve(const Route& route, Exchange& ex, Stub& stub, grpc::GenericStub& gene
       inference::ModelMetadataRequest req;
       req.set_name(route.model);
       req.set_version(route.version);
-      return Call(ex, &Stub::ModelMetadata, stub, req, [&](const auto& r) { ex.ReplyJson(Json(r)); });
+      return Call(ex, &Stub::ModelMetadata, stub, req,
+                  [&](const auto& r) { ex.ReplyJson(Json(r)); });
     }
     case Endpoint::kModelConfig: {
       inference::ModelConfigRequest req;

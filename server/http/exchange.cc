@@ -17,21 +17,33 @@ constexpr uint64_t kReadPiece = 1 << 20;
 
 int HttpStatusOf(grpc::StatusCode code) {
   switch (code) {
-    case grpc::StatusCode::OK: return 200;
+    case grpc::StatusCode::OK:
+      return 200;
     case grpc::StatusCode::INVALID_ARGUMENT:
     case grpc::StatusCode::FAILED_PRECONDITION:
-    case grpc::StatusCode::OUT_OF_RANGE: return 400;
-    case grpc::StatusCode::UNAUTHENTICATED: return 401;
-    case grpc::StatusCode::PERMISSION_DENIED: return 403;
-    case grpc::StatusCode::NOT_FOUND: return 404;
+    case grpc::StatusCode::OUT_OF_RANGE:
+      return 400;
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return 401;
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return 403;
+    case grpc::StatusCode::NOT_FOUND:
+      return 404;
     case grpc::StatusCode::ALREADY_EXISTS:
-    case grpc::StatusCode::ABORTED: return 409;
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: return 429;
-    case grpc::StatusCode::CANCELLED: return 499;
-    case grpc::StatusCode::UNIMPLEMENTED: return 501;
-    case grpc::StatusCode::UNAVAILABLE: return 503;
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return 504;
-    default: return 500;
+    case grpc::StatusCode::ABORTED:
+      return 409;
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return 429;
+    case grpc::StatusCode::CANCELLED:
+      return 499;
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return 501;
+    case grpc::StatusCode::UNAVAILABLE:
+      return 503;
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return 504;
+    default:
+      return 500;
   }
 }
 
@@ -51,9 +63,9 @@ std::string Exchange::Header(const char* name) const {
 absl::StatusOr<uint64_t> Exchange::BodyLength() {
   auto too_large = [&](absl::string_view size) {
     body_too_large_ = true;
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the request body (", size, " bytes) is larger than the server's limit of ",
-        max_body_bytes_, " bytes (--max_message_bytes)"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the request body (", size, " bytes) is larger than the server's limit of ",
+                     max_body_bytes_, " bytes (--max_message_bytes)"));
   };
   if (content_length_ >= 0) {
     if (static_cast<uint64_t>(content_length_) > max_body_bytes_) {
@@ -158,8 +170,8 @@ void Exchange::ReplyError(const grpc::Status& s, int http_status) {
   // A body past the limit is the protocol's 413, not a refusal of the call's.
   int status = http_status != 0 ? http_status : HttpStatusOf(s.error_code());
   if (body_too_large_ && s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) status = 413;
-  Reply(status, "application/json",
-        std::string_view(buffer.GetString(), buffer.GetSize()), {}, headers);
+  Reply(status, "application/json", std::string_view(buffer.GetString(), buffer.GetSize()), {},
+        headers);
 }
 
 void Exchange::ReplyError(const absl::Status& s, int http_status) {

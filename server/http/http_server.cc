@@ -38,13 +38,12 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
         "serve gRPC alone with --http_port=-1, or put a TLS proxy in front of a plaintext server");
   }
   if (!tls) mg_init_library(0);
-  const std::string ports =
-      absl::StrCat(options.host, ":", options.port, tls ? "s" : "");
-  std::vector<const char*> opts = {"listening_ports", ports.c_str(),
-                                   "num_threads", kThreads,
-                                   "enable_keep_alive", "yes",
-                                   "tcp_nodelay", "1",
-                                   "request_timeout_ms", kRequestTimeoutMs,
+  const std::string ports = absl::StrCat(options.host, ":", options.port, tls ? "s" : "");
+  std::vector<const char*> opts = {"listening_ports",       ports.c_str(),
+                                   "num_threads",           kThreads,
+                                   "enable_keep_alive",     "yes",
+                                   "tcp_nodelay",           "1",
+                                   "request_timeout_ms",    kRequestTimeoutMs,
                                    "keep_alive_timeout_ms", kKeepAliveTimeoutMs};
   opts.push_back(nullptr);
   mg_callbacks callbacks{};

@@ -35,8 +35,8 @@ struct HttpOptions {
 class HttpServer {
  public:
   // Listens, or returns why not (a port in use names itself).
-  static absl::StatusOr<std::unique_ptr<HttpServer>> Start(
-      const HttpOptions& options, std::shared_ptr<grpc::Channel> channel);
+  static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const HttpOptions& options,
+                                                           std::shared_ptr<grpc::Channel> channel);
   ~HttpServer();  // Stop()
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;

@@ -63,8 +63,8 @@ absl::Status EncodeData(const rapidjson::Value& v, DType dtype, const std::strin
   }
   const uint64_t index = out->size() / ElementSize(dtype);
   auto wrong = [&](absl::string_view want) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": data element ", index, " is not ",
-                                                   want, " (datatype ", OipName(dtype), ")"));
+    return absl::InvalidArgumentError(absl::StrCat(what, ": data element ", index, " is not ", want,
+                                                   " (datatype ", OipName(dtype), ")"));
   };
   switch (dtype) {
     case DType::kFloat32:
@@ -83,7 +83,8 @@ absl::Status EncodeData(const rapidjson::Value& v, DType dtype, const std::strin
       if (!v.IsInt64()) return wrong("a 64-bit integer");
       Append(out, static_cast<int64_t>(v.GetInt64()));
       break;
-    case DType::kInvalid: return wrong("a value");
+    case DType::kInvalid:
+      return wrong("a value");
   }
   return absl::OkStatus();
 }
@@ -93,7 +94,8 @@ absl::StatusOr<bool> TakeBool(Params* params, const std::string& key, absl::stri
   auto it = params->find(key);
   if (it == params->end()) return false;
   if (it->second.parameter_choice_case() != inference::InferParameter::kBoolParam) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": parameter '", key, "' must be true or false"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": parameter '", key, "' must be true or false"));
   }
   const bool v = it->second.bool_param();
   params->erase(it);
@@ -132,7 +134,8 @@ class RequestReader {
 
 absl::Status RequestReader::Read(std::string_view header) {
   rapidjson::Document doc;
-  RETURN_IF_ERROR(ParseJson(absl::string_view(header.data(), header.size()), "infer request", &doc));
+  RETURN_IF_ERROR(
+      ParseJson(absl::string_view(header.data(), header.size()), "infer request", &doc));
   ASSIGN_OR_RETURN(*req_.mutable_id(), StringMember(doc, "id", "infer request", false));
   if (auto p = doc.FindMember("parameters"); p != doc.MemberEnd()) {
     RETURN_IF_ERROR(ReadParameters(p->value, "infer request", req_.mutable_parameters()));
@@ -153,9 +156,10 @@ absl::Status RequestReader::Read(std::string_view header) {
     for (const auto& o : outputs->value.GetArray()) RETURN_IF_ERROR(Output(i++, o));
   }
   if (left_ != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "infer request: ", left_, " bytes of binary data follow the JSON header that no input's "
-        "binary_data_size claims"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("infer request: ", left_,
+                     " bytes of binary data follow the JSON header that no input's "
+                     "binary_data_size claims"));
   }
   return absl::OkStatus();
 }
@@ -173,7 +177,8 @@ absl::Status RequestReader::Input(int i, const rapidjson::Value& in) {
   }
   for (const auto& d : shape->value.GetArray()) {
     if (!d.IsInt64()) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": 'shape' must be an array of integers"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": 'shape' must be an array of integers"));
     }
     t->add_shape(d.GetInt64());
   }
@@ -202,9 +207,9 @@ absl::Status RequestReader::Input(int i, const rapidjson::Value& in) {
           absl::StrCat(what, ": both 'data' and binary_data_size; give its bytes one way"));
     }
     if (*binary_size > left_) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": binary_data_size is ", *binary_size, " but only ", left_,
-          " bytes of binary data are left after the JSON header"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": binary_data_size is ", *binary_size, " but only ", left_,
+                       " bytes of binary data are left after the JSON header"));
     }
     left_ -= *binary_size;
     RawInput& raw = out_.raw.emplace_back();
@@ -229,7 +234,8 @@ absl::Status RequestReader::Input(int i, const rapidjson::Value& in) {
   }
   if (!elsewhere) {
     return absl::InvalidArgumentError(absl::StrCat(
-        what, " carries no bytes: give it 'data', the binary_data_size parameter (binary tensor "
+        what,
+        " carries no bytes: give it 'data', the binary_data_size parameter (binary tensor "
         "data), a shared_memory_region or an opserve_stored_tensor"));
   }
   return absl::OkStatus();
@@ -257,19 +263,40 @@ absl::Status WriteData(const std::string& raw, const std::string& datatype, cons
                        JsonWriter& w) {
   const std::optional<DType> dtype = DTypeFromOipName(datatype);
   if (!dtype.has_value() || raw.size() % ElementSize(*dtype) != 0) {
-    return absl::InternalError(absl::StrCat("output '", name, "' of datatype ", datatype,
-                                            " has ", raw.size(), " bytes"));
+    return absl::InternalError(
+        absl::StrCat("output '", name, "' of datatype ", datatype, " has ", raw.size(), " bytes"));
   }
   const char* p = raw.data();
   const size_t n = raw.size() / ElementSize(*dtype);
   w.StartArray();
   for (size_t i = 0; i < n; ++i) {
     switch (*dtype) {
-      case DType::kFloat32: { float v; std::memcpy(&v, p + 4 * i, 4); w.Double(v); break; }
-      case DType::kBFloat16: { uint16_t v; std::memcpy(&v, p + 2 * i, 2); w.Double(FromBFloat16(v)); break; }
-      case DType::kInt32: { int32_t v; std::memcpy(&v, p + 4 * i, 4); w.Int(v); break; }
-      case DType::kInt64: { int64_t v; std::memcpy(&v, p + 8 * i, 8); w.Int64(v); break; }
-      case DType::kInvalid: break;
+      case DType::kFloat32: {
+        float v;
+        std::memcpy(&v, p + 4 * i, 4);
+        w.Double(v);
+        break;
+      }
+      case DType::kBFloat16: {
+        uint16_t v;
+        std::memcpy(&v, p + 2 * i, 2);
+        w.Double(FromBFloat16(v));
+        break;
+      }
+      case DType::kInt32: {
+        int32_t v;
+        std::memcpy(&v, p + 4 * i, 4);
+        w.Int(v);
+        break;
+      }
+      case DType::kInt64: {
+        int64_t v;
+        std::memcpy(&v, p + 8 * i, 8);
+        w.Int64(v);
+        break;
+      }
+      case DType::kInvalid:
+        break;
     }
   }
   w.EndArray();
@@ -304,10 +331,11 @@ absl::Status InferResponseToHttp(const inference::ModelInferResponse& response,
   for (int i = 0; i < response.outputs_size(); ++i) {
     const auto& o = response.outputs(i);
     static const std::string kNone;
-    const std::string& raw = i < response.raw_output_contents_size() ? response.raw_output_contents(i) : kNone;
+    const std::string& raw =
+        i < response.raw_output_contents_size() ? response.raw_output_contents(i) : kNone;
     // An output that went to a region or the store has no bytes here: its parameters say where.
-    const bool in_message = !o.parameters().count("shared_memory_region") &&
-                            !o.parameters().count("opserve_stored_as");
+    const bool in_message =
+        !o.parameters().count("shared_memory_region") && !o.parameters().count("opserve_stored_as");
     auto b = request.binary.find(o.name());
     const bool as_binary =
         in_message && (b != request.binary.end() ? b->second : request.binary_by_default);

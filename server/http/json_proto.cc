@@ -29,13 +29,27 @@ void WriteValue(const Message& m, const FieldDescriptor* f, int i, JsonWriter& w
   const Reflection* r = m.GetReflection();
   const bool rep = i >= 0;
   switch (f->cpp_type()) {
-    case FieldDescriptor::CPPTYPE_INT32: w.Int(rep ? r->GetRepeatedInt32(m, f, i) : r->GetInt32(m, f)); break;
-    case FieldDescriptor::CPPTYPE_INT64: w.Int64(rep ? r->GetRepeatedInt64(m, f, i) : r->GetInt64(m, f)); break;
-    case FieldDescriptor::CPPTYPE_UINT32: w.Uint(rep ? r->GetRepeatedUInt32(m, f, i) : r->GetUInt32(m, f)); break;
-    case FieldDescriptor::CPPTYPE_UINT64: w.Uint64(rep ? r->GetRepeatedUInt64(m, f, i) : r->GetUInt64(m, f)); break;
-    case FieldDescriptor::CPPTYPE_DOUBLE: w.Double(rep ? r->GetRepeatedDouble(m, f, i) : r->GetDouble(m, f)); break;
-    case FieldDescriptor::CPPTYPE_FLOAT: w.Double(rep ? r->GetRepeatedFloat(m, f, i) : r->GetFloat(m, f)); break;
-    case FieldDescriptor::CPPTYPE_BOOL: w.Bool(rep ? r->GetRepeatedBool(m, f, i) : r->GetBool(m, f)); break;
+    case FieldDescriptor::CPPTYPE_INT32:
+      w.Int(rep ? r->GetRepeatedInt32(m, f, i) : r->GetInt32(m, f));
+      break;
+    case FieldDescriptor::CPPTYPE_INT64:
+      w.Int64(rep ? r->GetRepeatedInt64(m, f, i) : r->GetInt64(m, f));
+      break;
+    case FieldDescriptor::CPPTYPE_UINT32:
+      w.Uint(rep ? r->GetRepeatedUInt32(m, f, i) : r->GetUInt32(m, f));
+      break;
+    case FieldDescriptor::CPPTYPE_UINT64:
+      w.Uint64(rep ? r->GetRepeatedUInt64(m, f, i) : r->GetUInt64(m, f));
+      break;
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+      w.Double(rep ? r->GetRepeatedDouble(m, f, i) : r->GetDouble(m, f));
+      break;
+    case FieldDescriptor::CPPTYPE_FLOAT:
+      w.Double(rep ? r->GetRepeatedFloat(m, f, i) : r->GetFloat(m, f));
+      break;
+    case FieldDescriptor::CPPTYPE_BOOL:
+      w.Bool(rep ? r->GetRepeatedBool(m, f, i) : r->GetBool(m, f));
+      break;
     case FieldDescriptor::CPPTYPE_ENUM:
       WriteString((rep ? r->GetRepeatedEnum(m, f, i) : r->GetEnum(m, f))->name(), w);
       break;
@@ -64,25 +78,44 @@ std::string MapKey(const Message& entry) {
   const FieldDescriptor* k = entry.GetDescriptor()->map_key();
   const Reflection* r = entry.GetReflection();
   switch (k->cpp_type()) {
-    case FieldDescriptor::CPPTYPE_STRING: return r->GetString(entry, k);
-    case FieldDescriptor::CPPTYPE_INT32: return absl::StrCat(r->GetInt32(entry, k));
-    case FieldDescriptor::CPPTYPE_INT64: return absl::StrCat(r->GetInt64(entry, k));
-    case FieldDescriptor::CPPTYPE_UINT32: return absl::StrCat(r->GetUInt32(entry, k));
-    case FieldDescriptor::CPPTYPE_UINT64: return absl::StrCat(r->GetUInt64(entry, k));
-    case FieldDescriptor::CPPTYPE_BOOL: return r->GetBool(entry, k) ? "true" : "false";
-    default: return "";
+    case FieldDescriptor::CPPTYPE_STRING:
+      return r->GetString(entry, k);
+    case FieldDescriptor::CPPTYPE_INT32:
+      return absl::StrCat(r->GetInt32(entry, k));
+    case FieldDescriptor::CPPTYPE_INT64:
+      return absl::StrCat(r->GetInt64(entry, k));
+    case FieldDescriptor::CPPTYPE_UINT32:
+      return absl::StrCat(r->GetUInt32(entry, k));
+    case FieldDescriptor::CPPTYPE_UINT64:
+      return absl::StrCat(r->GetUInt64(entry, k));
+    case FieldDescriptor::CPPTYPE_BOOL:
+      return r->GetBool(entry, k) ? "true" : "false";
+    default:
+      return "";
   }
 }
 
 void WriteParameter(const inference::InferParameter& p, JsonWriter& w) {
   using P = inference::InferParameter;
   switch (p.parameter_choice_case()) {
-    case P::kBoolParam: w.Bool(p.bool_param()); break;
-    case P::kInt64Param: w.Int64(p.int64_param()); break;
-    case P::kStringParam: WriteString(p.string_param(), w); break;
-    case P::kDoubleParam: w.Double(p.double_param()); break;
-    case P::kUint64Param: w.Uint64(p.uint64_param()); break;
-    default: w.Null(); break;
+    case P::kBoolParam:
+      w.Bool(p.bool_param());
+      break;
+    case P::kInt64Param:
+      w.Int64(p.int64_param());
+      break;
+    case P::kStringParam:
+      WriteString(p.string_param(), w);
+      break;
+    case P::kDoubleParam:
+      w.Double(p.double_param());
+      break;
+    case P::kUint64Param:
+      w.Uint64(p.uint64_param());
+      break;
+    default:
+      w.Null();
+      break;
   }
 }
 
@@ -151,8 +184,8 @@ absl::Status ReadParameters(const rapidjson::Value& v, absl::string_view where, 
     } else if (value.IsString()) {
       p.set_string_param(std::string(value.GetString(), value.GetStringLength()));
     } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": parameter '", key, "' must be a boolean, a number or a string"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": parameter '", key, "' must be a boolean, a number or a string"));
     }
   }
   return absl::OkStatus();
@@ -161,9 +194,9 @@ absl::Status ReadParameters(const rapidjson::Value& v, absl::string_view where, 
 absl::Status ParseJson(absl::string_view body, absl::string_view what, rapidjson::Document* doc) {
   doc->Parse<kJsonParseFlags>(body.data(), body.size());
   if (doc->HasParseError()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": the body is not JSON: ", rapidjson::GetParseError_En(doc->GetParseError()),
-                     " (at byte ", doc->GetErrorOffset(), ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": the body is not JSON: ", rapidjson::GetParseError_En(doc->GetParseError()),
+        " (at byte ", doc->GetErrorOffset(), ")"));
   }
   if (!doc->IsObject()) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": the body must be a JSON object"));
@@ -211,8 +244,8 @@ absl::Status ReadMessage(absl::string_view body, absl::string_view what, Message
         if (f->type() == FieldDescriptor::TYPE_BYTES) {
           std::string decoded;
           if (!v.IsObject() || !v.HasMember("b64") || !v["b64"].IsString() ||
-              !absl::Base64Unescape(absl::string_view(v["b64"].GetString(), v["b64"].GetStringLength()),
-                                    &decoded)) {
+              !absl::Base64Unescape(
+                  absl::string_view(v["b64"].GetString(), v["b64"].GetStringLength()), &decoded)) {
             return wrong("{\"b64\": \"<base64>\"}");
           }
           r->SetString(m, f, std::move(decoded));

@@ -23,7 +23,8 @@ namespace opserve::http {
 using JsonWriter = rapidjson::Writer<rapidjson::StringBuffer, rapidjson::UTF8<>, rapidjson::UTF8<>,
                                      rapidjson::CrtAllocator, rapidjson::kWriteNanAndInfFlag>;
 // Iterative: a body nested thousands deep must not exhaust a request thread's stack.
-inline constexpr unsigned kJsonParseFlags = rapidjson::kParseNanAndInfFlag | rapidjson::kParseIterativeFlag;
+inline constexpr unsigned kJsonParseFlags =
+    rapidjson::kParseNanAndInfFlag | rapidjson::kParseIterativeFlag;
 
 using Params = google::protobuf::Map<std::string, inference::InferParameter>;
 

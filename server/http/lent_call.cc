@@ -3,8 +3,8 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/wire_format_lite.h>
 #include <grpcpp/completion_queue.h>
-#include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/impl/codegen/proto_utils.h>  // SerializationTraits of protobuf messages
+#include <grpcpp/support/byte_buffer.h>
 
 #include <condition_variable>
 #include <mutex>
@@ -52,7 +52,8 @@ class Loans {
 }  // namespace
 
 grpc::Status LentModelInfer(grpc::GenericStub& stub, grpc::ClientContext* ctx,
-                            const InferHttpRequest& request, inference::ModelInferResponse* response) {
+                            const InferHttpRequest& request,
+                            inference::ModelInferResponse* response) {
   grpc::Status status;
   grpc::ByteBuffer reply;
   Loans loans;

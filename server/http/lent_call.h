@@ -16,6 +16,7 @@ namespace opserve::http {
 
 // Returns once gRPC holds no slice of `request` any more, whatever the outcome.
 grpc::Status LentModelInfer(grpc::GenericStub& stub, grpc::ClientContext* ctx,
-                            const InferHttpRequest& request, inference::ModelInferResponse* response);
+                            const InferHttpRequest& request,
+                            inference::ModelInferResponse* response);
 
 }  // namespace opserve::http

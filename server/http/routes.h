@@ -3,17 +3,25 @@
 #pragma once
 
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace opserve::http {
 
 enum class Endpoint {
-  kServerLive, kServerReady, kServerMetadata,
-  kModelReady, kModelMetadata, kModelConfig, kModelStatistics, kModelInfer,
+  kServerLive,
+  kServerReady,
+  kServerMetadata,
+  kModelReady,
+  kModelMetadata,
+  kModelConfig,
+  kModelStatistics,
+  kModelInfer,
   kRepositoryIndex,
-  kSharedMemoryStatus, kSharedMemoryRegister, kSharedMemoryUnregister,
+  kSharedMemoryStatus,
+  kSharedMemoryRegister,
+  kSharedMemoryUnregister,
 };
 
 struct Route {
