@@ -61,15 +61,15 @@ std::string Exchange::Header(const char* name) const {
 }
 
 absl::StatusOr<uint64_t> Exchange::BodyLength() {
-  auto too_large = [&](absl::string_view size) {
+  auto too_large = [&](absl::string_view body) {
     body_too_large_ = true;
     return absl::ResourceExhaustedError(
-        absl::StrCat("the request body (", size, " bytes) is larger than the server's limit of ",
-                     max_body_bytes_, " bytes (--max_message_bytes)"));
+        absl::StrCat(body, " is larger than the server's limit of ", max_body_bytes_,
+                     " bytes (--max_message_bytes)"));
   };
   if (content_length_ >= 0) {
     if (static_cast<uint64_t>(content_length_) > max_body_bytes_) {
-      return too_large(absl::StrCat(content_length_));
+      return too_large(absl::StrCat("the request body (", content_length_, " bytes)"));
     }
     return static_cast<uint64_t>(content_length_);
   }
@@ -81,7 +81,7 @@ absl::StatusOr<uint64_t> Exchange::BodyLength() {
       const int n = mg_read(conn_, chunked_.data() + at, kReadPiece);
       chunked_.resize(at + std::max(n, 0));
       if (n <= 0) break;
-      if (chunked_.size() > max_body_bytes_) return too_large("more than that");
+      if (chunked_.size() > max_body_bytes_) return too_large("the chunked request body");
     }
   }
   return chunked_.size();

@@ -225,6 +225,16 @@ class Endpoints(HttpTestCase):
         # A body past --max_message_bytes: 413, refused before it is read.
         self.assertError(413, infer(b" " * (5 << 20)), "larger than the server's limit")
         self.c.conn.close()  # the refused body was never read: a fresh connection
+        # A chunked body (no Content-Length) is read up to the limit, and refused past it.
+        chunked = http.client.HTTPConnection("127.0.0.1", self.server.port, timeout=TIMEOUT)
+        self.addCleanup(chunked.close)
+        body = json.dumps({"inputs": [{"name": "x", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 6]}]}).encode()
+        chunked.request("POST", "/v2/models/row_mean/infer", body=iter([body[:7], body[7:]]), encode_chunked=True)
+        r = chunked.getresponse()
+        self.assertEqual((r.status, json.loads(r.read())["outputs"][0]["data"]), (200, [3.0]))
+        chunked.request("POST", "/v2/models/row_mean/infer", body=iter([b" " * (1 << 20)] * 5), encode_chunked=True)
+        r = chunked.getresponse()
+        self.assertError(413, (r.status, json.loads(r.read())), "chunked request body", "4194304")
         self.c = Client(self.server.port)
         self.assertError(405, self.c.json("DELETE", "/v2/health/live"), "GET", "DELETE")
         self.assertError(404, self.c.json("GET", "/v1/models"), "/v1/models")
