@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "bench/concurrency_bench.h"
+#include "bench/http_bench.h"
 #include "bench/kserve_bench.h"
 #include "bench/replay_bench.h"
 
@@ -71,6 +72,7 @@ struct Report {
   ConcurrencyFigures load;  // the service under concurrent load (concurrency_bench.h)
   ReplayFigures replay;     // CUDA-graph replay of the demo graph (replay_bench.h)
   KServeFigures kserve;     // the Open Inference Protocol's transfers (kserve_bench.h)
+  HttpFigures http;         // the protocol over HTTP/REST against gRPC (http_bench.h)
   std::vector<TargetCheck> targets;
 };
 

@@ -175,13 +175,15 @@ Options ParseArgs(int argc, char** argv) {
       o.server_args.emplace_back(v);
     } else if (const char* v = val("--chunk_bytes=")) {
       o.chunk_bytes = std::atoll(v);
+    } else if (const char* v = val("--http_mib=")) {
+      o.http_mib = std::max<long long>(1, std::atoll(v));
     } else if (const char* v = val("--opserve=")) {
       o.opserve_bin = v;
     } else if (a.rfind("--node_", 0) == 0) {
       NodeFlags().push_back(a);
     } else if (a == "--help" || a == "-h") {
       std::printf(
-          "opserve-bench [--ops=OP,...,fusion,service,load,replay,kserve,cublas_handles\n"
+          "opserve-bench [--ops=OP,...,fusion,service,load,replay,kserve,http,cublas_handles\n"
           "               (OP: any op of the table; default: every op, fusion, service)]\n"
           "              [--service]\n"
           "              [--load_lanes=1,2,4] [--load_conc=1,16,64]\n"
@@ -193,7 +195,7 @@ Options ParseArgs(int argc, char** argv) {
           "              [--quick]\n"
           "              [--out=DIR] [--reps=N>=20] [--algos=a,b,auto] [--shapes=LABEL,...]\n"
           "              [--opserve=PATH] [--transpose-sweep] [--chunk_bytes=N]\n"
-          "              [--server_arg=ARG ...]\n");
+          "              [--server_arg=ARG ...] [--http_mib=MiB (--ops=http's shm size)]\n");
       std::printf("%s", kNodeUsage);
       std::exit(0);
     } else {
@@ -263,8 +265,11 @@ int main(int argc, char** argv) {
   // backend, for looking at the gRPC side of the overhead on any machine.
   // --ops=load: the load section alone (the load grid, or the part of it --load_* names).
   const bool load_only = opt.ops.size() == 1 && opt.ops.count("load");
+  // --ops=http: the HTTP/REST section alone; on the CPU backend without a GPU.
+  const bool http_only = opt.ops.size() == 1 && opt.ops.count("http");
   const bool service_only =
-      (opt.ops.size() == 1 && opt.ops.count("service") && !opt.transpose_sweep) || load_only;
+      (opt.ops.size() == 1 && opt.ops.count("service") && !opt.transpose_sweep) || load_only ||
+      http_only;
   // --ops=kserve: the Open Inference Protocol section alone (it needs the GPU).
   const bool kserve_only = opt.ops.size() == 1 && opt.ops.count("kserve");
   // --ops=replay: the CUDA-graph replay section alone (it needs the GPU).
@@ -310,7 +315,7 @@ int main(int argc, char** argv) {
     rep.stream_gbps = r.stream_gbps;
     rep.floor_us = r.floor_us;
   }
-  if (opt.ops.count("service") || kserve_only || load_only || replay_only) {
+  if (opt.ops.count("service") || kserve_only || load_only || replay_only || http_only) {
 #if OPSERVE_BENCH_SERVICE
     ServiceOptions so;
     so.opserve_bin = opt.opserve_bin;
@@ -323,13 +328,13 @@ int main(int argc, char** argv) {
       const std::string beside = SelfDir() + "/opserve";
       so.opserve_bin = access(beside.c_str(), X_OK) == 0 ? beside : OPSERVE_BIN_DEFAULT;
     }
-    if (!kserve_only && !load_only && !replay_only) {
+    if (!kserve_only && !load_only && !replay_only && !http_only) {
       std::printf("service path over loopback gRPC (%s, chunk %lld bytes; 0: the client default)\n",
                   so.opserve_bin.c_str(), static_cast<long long>(so.chunk_bytes));
       std::fflush(stdout);
       rep.service = RunServiceBench(so);
     }
-    if (!kserve_only && !replay_only) {
+    if (!kserve_only && !replay_only && !http_only) {
       ConcurrencyOptions co;
       co.opserve_bin = so.opserve_bin;
       co.server_args = so.server_args;
@@ -347,19 +352,28 @@ int main(int argc, char** argv) {
       rep.load = RunConcurrencyBench(co);
       PrintConcurrency(rep.load, opt.out_dir.empty() ? "" : opt.out_dir + "/load.csv");
     }
-    if (have_gpu && !kserve_only && !load_only) {
+    if (have_gpu && !kserve_only && !load_only && !http_only) {
       ReplayOptions ro;
       ro.opserve_bin = so.opserve_bin;
       ro.server_args = so.server_args;
       rep.replay = RunReplayBench(ro);
       PrintReplay(rep.replay);
     }
-    if (have_gpu && !load_only && !replay_only) {
+    if (have_gpu && !load_only && !replay_only && !http_only) {
       KServeOptions ko;
       ko.opserve_bin = so.opserve_bin;
       ko.server_args = so.server_args;
       rep.kserve = RunKServeBench(ko);
       PrintKServe(rep.kserve);
+    }
+    if (http_only || (have_gpu && !load_only && !replay_only && !kserve_only)) {
+      HttpOptions ho;
+      ho.opserve_bin = so.opserve_bin;
+      ho.server_args = so.server_args;
+      ho.shm_mib = opt.http_mib;
+      ho.gpu = have_gpu;
+      rep.http = RunHttpBench(ho);
+      PrintHttp(rep.http);
     }
 #else
     rep.service.error = "built without the client library";
@@ -369,6 +383,7 @@ int main(int argc, char** argv) {
   AddConcurrencyTargets(rep.load, rep);
   AddReplayTargets(rep.replay, rep);
   AddKServeTargets(rep.kserve, rep);
+  AddHttpTargets(rep.http, rep);
   PrintReport(rep);
   // A sweep run writes only its own transpose_sweep.csv.
   if (!opt.out_dir.empty() && !opt.transpose_sweep && !WriteReport(rep, opt.out_dir)) return 1;

@@ -66,6 +66,7 @@ struct Options {
   double load_seconds = 0;
   int load_rounds = 0;
   int load_channels = 1;  // ConcurrencyOptions::channels
+  uint64_t http_mib = 1024;  // HttpOptions::shm_mib
   // --load_variant=LABEL:ARG,ARG (repeatable): servers compared in the same windows.
   std::vector<std::pair<std::string, std::vector<std::string>>> load_variants;
 };

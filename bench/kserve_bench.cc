@@ -15,13 +15,6 @@
 #include "inference/grpc_service.grpc.pb.h"
 
 namespace opserve::bench {
-namespace {
-
-using inference::GRPCInferenceService;
-using inference::ModelInferRequest;
-using inference::ModelInferResponse;
-
-double Median(std::vector<double> v) { return Percentile(std::move(v), 0.5); }
 
 // The host link's ceiling: cudaMemcpy of `bytes` from registered host memory, best of `reps`.
 double RegisteredH2D(char* host, void* dev, uint64_t bytes, int reps) {
@@ -42,6 +35,14 @@ double RegisteredH2D(char* host, void* dev, uint64_t bytes, int reps) {
   cudaEventDestroy(b);
   return best;
 }
+
+namespace {
+
+using inference::GRPCInferenceService;
+using inference::ModelInferRequest;
+using inference::ModelInferResponse;
+
+double Median(std::vector<double> v) { return Percentile(std::move(v), 0.5); }
 
 ModelInferRequest RowMean(int64_t rows, int64_t cols) {
   ModelInferRequest req;

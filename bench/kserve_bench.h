@@ -48,6 +48,10 @@ struct KServeFigures {
   double health_p50_us = 0;                      // unary Health/Check: gRPC's floor
 };
 
+// The host link's ceiling: cudaMemcpy of `bytes` from registered host memory to `dev`, best of
+// `reps` after a warm-up (the caller registers `host`).
+double RegisteredH2D(char* host, void* dev, uint64_t bytes, int reps);
+
 KServeFigures RunKServeBench(const KServeOptions& options);
 void PrintKServe(const KServeFigures& f);
 struct Report;

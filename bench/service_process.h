@@ -37,6 +37,7 @@ using Clock = std::chrono::steady_clock;
 
 
 inline constexpr char kListening[] = "opserve: listening on ";
+inline constexpr char kHttpOn[] = "opserve: HTTP on ";
 
 inline double Us(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
 
@@ -75,7 +76,7 @@ class Server {
     posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
     posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
     std::vector<std::string> args = {bin, "--device=cuda", "--host=127.0.0.1", "--port=0",
-                                     "--metrics_port=-1"};
+                                     "--metrics_port=-1", "--http_port=-1"};
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
@@ -111,15 +112,22 @@ class Server {
     }
     const std::string line = output_.substr(at, output_.find('\n', at) - at);
     port_ = std::atoi(line.substr(line.rfind(':') + 1).c_str());
+    // With --http_port, its line comes first.
+    if (const size_t h = output_.find(kHttpOn); h != std::string::npos && h < at) {
+      const std::string http = output_.substr(h, output_.find('\n', h) - h);
+      http_port_ = std::atoi(http.substr(http.rfind(':') + 1).c_str());
+    }
     return port_ > 0 ? "" : absl::StrCat("no port in: ", line);
   }
 
   int port() const { return port_; }
+  int http_port() const { return http_port_; }  // 0 without --http_port
 
  private:
   pid_t pid_ = -1;
   int fd_ = -1;
   int port_ = 0;
+  int http_port_ = 0;
   std::thread reader_;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -291,10 +291,13 @@ if not problems:
     check(gpus.isdigit() and int(gpus) >= 1, f"limits nvidia.com/gpu {gpus}, not a count of 1 or more")
     check(str(c["resources"]["requests"].get("nvidia.com/gpu")) == gpus,
           "requests nvidia.com/gpu != limits (an extended resource needs them equal)")
-    check("grpc" in ports and "metrics" in ports, f"container ports not named grpc/metrics: {ports}")
-    for probe in ("readinessProbe", "livenessProbe"):
-        p = c.get(probe, {})
-        check(p.get("grpc", {}).get("port") == ports.get("grpc"), f"{probe} is not gRPC on the gRPC port")
+    check({"grpc", "http", "metrics"} <= set(ports), f"container ports not named grpc/http/metrics: {ports}")
+    check(c.get("startupProbe", {}).get("grpc", {}).get("port") == ports.get("grpc"),
+          "startupProbe is not gRPC on the gRPC port")
+    for probe, path in (("readinessProbe", "/v2/health/ready"), ("livenessProbe", "/v2/health/live")):
+        p = c.get(probe, {}).get("httpGet", {})
+        check(p.get("port") in ("http", ports.get("http")) and p.get("path") == path,
+              f"{probe} is not GET {path} on the HTTP port")
     check(pod["securityContext"].get("runAsNonRoot") is True, "pod may run as root")
     # The kubelet's SIGKILL must come after the server's drain, with time for the teardown (the
     # margin of deploy/docker/check_docker.py); a GPU pod must not fall back to the CPU backend.
@@ -308,7 +311,7 @@ if not problems:
     check(re.fullmatch(r"cuda(:\d+)?", flags.get("device", "auto")),
           f"a GPU pod runs --device={flags.get('device', 'auto')}, not cuda")
     check(svc["spec"].get("clusterIP") == "None", "Service is not headless")
-    check({p["name"] for p in svc["spec"]["ports"]} >= {"grpc", "metrics"}, "Service ports")
+    check({p["name"] for p in svc["spec"]["ports"]} >= {"grpc", "http", "metrics"}, "Service ports")
     sel = svc["spec"]["selector"]
     labels = dep["spec"]["template"]["metadata"]["labels"]
     check(all(labels.get(k) == v for k, v in sel.items()), "Service selector misses the pods")

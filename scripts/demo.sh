@@ -11,7 +11,7 @@ log=$(mktemp)
 
 python3 examples/make_demo_inputs.py --out examples
 
-"$server" --port=0 --metrics_port=-1 --device=auto 2>"$log" &
+"$server" --port=0 --metrics_port=-1 --http_port=-1 --device=auto 2>"$log" &
 pid=$!
 trap 'kill -TERM $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; rm -f "$log"' EXIT
 port=""

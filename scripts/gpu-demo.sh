@@ -15,7 +15,7 @@ for name in "ab":
     np.save(f"{name}.npy", rng.uniform(-1, 1, (4096, 4096)).astype(np.float32))
 np.save("x.npy", rng.uniform(-1, 1, (1 << 20,)).astype(np.float32))
 PY
-"$bin/opserve" --device=cuda --port=0 --metrics_port=0 > server.log 2>&1 &
+"$bin/opserve" --device=cuda --port=0 --metrics_port=0 --http_port=-1 > server.log 2>&1 &
 pid=$!
 trap 'kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null || true' EXIT
 for _ in $(seq 100); do grep -q "listening on" server.log && break; sleep 0.1; done

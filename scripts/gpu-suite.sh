@@ -60,7 +60,7 @@ if [[ -n "$max_cc" ]]; then
   for pass in first cached; do
     t0=$SECONDS
     log="$out/jit_$pass.log"
-    "$OPSERVE_BIN" --device=cuda --host=127.0.0.1 --port=0 --metrics_port=-1 \
+    "$OPSERVE_BIN" --device=cuda --host=127.0.0.1 --port=0 --metrics_port=-1 --http_port=-1 \
       --max_compute_capability="$max_cc" > "$log" 2>&1 &
     pid=$!
     for _ in $(seq 600); do grep -q "listening on" "$log" && break; kill -0 $pid 2>/dev/null || break; sleep 1; done

@@ -39,6 +39,7 @@
 #include "server/rpc/replica_identity.h"
 #include "server/rpc/socket_drain.h"
 #include "server/engine/warmup.h"
+#include "server/http/http_server.h"
 #if OPSERVE_WITH_CUDA
 #include "server/engine/cuda_backend.h"
 #endif
@@ -48,6 +49,9 @@ ABSL_FLAG(int, port, 50051, "gRPC port (0: pick a free one and print it)");
 ABSL_FLAG(std::string, replica_name, "",
           "this replica's name in the x-opserve-replica response header and in the NOT_FOUND a "
           "session that lost its replica gets (empty: <hostname>:<port>)");
+ABSL_FLAG(int, http_port, 8000,
+          "HTTP/REST port of the Open Inference Protocol, on --host (HTTPS with the TLS flags); "
+          "0: pick a free one and print it, -1: off");
 ABSL_FLAG(int, metrics_port, 9464, "Prometheus /metrics port (0: pick a free one, -1: off)");
 ABSL_FLAG(std::string, device, "auto",
           "auto (every GPU, else the CPU) | cpu | cpu:N (N CPU reference devices) | cuda (every "
@@ -145,8 +149,9 @@ constexpr char kUsage[] =
     "Usage: opserve [--flag=value ...]\n"
     "\n"
     "Serves opserve.v1.OpServe and the Open Inference Protocol (KServe v2's\n"
-    "inference.GRPCInferenceService), with health and reflection, on --port and Prometheus metrics on\n"
-    "--metrics_port, on the GPU of --device or on the CPU reference backend. SIGTERM or SIGINT\n"
+    "inference.GRPCInferenceService), with health and reflection, on --port, the protocol's\n"
+    "HTTP/REST binding on --http_port and Prometheus metrics on --metrics_port, on the GPU of\n"
+    "--device or on the CPU reference backend. SIGTERM or SIGINT\n"
     "drains the calls in flight and exits 0. --helpfull also lists the libraries' flags.";
 
 // --help and --helpshort list this file's flags, the server's; Abseil's default looks for a
@@ -668,6 +673,27 @@ int Run() {
   }
   const std::string replica_name = absl::GetFlag(FLAGS_replica_name);
   replica.set_name(replica_name.empty() ? DefaultReplicaName(port) : replica_name);
+  std::unique_ptr<http::HttpServer> http_server;
+  if (absl::GetFlag(FLAGS_http_port) >= 0) {
+    // HTTP requests become calls of the same services through the server's in-process
+    // channel, under the server's own message limits.
+    grpc::ChannelArguments in_process;
+    in_process.SetMaxReceiveMessageSize(-1);
+    in_process.SetMaxSendMessageSize(-1);
+    auto started = http::HttpServer::Start(
+        {absl::GetFlag(FLAGS_host), absl::GetFlag(FLAGS_http_port), absl::GetFlag(FLAGS_tls_cert),
+         absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_client_ca),
+         options.limits.max_message_bytes, replica.name()},
+        server->InProcessChannel(in_process));
+    if (!started.ok()) {
+      std::cerr << "opserve: " << started.status().message() << std::endl;
+      server->Shutdown();
+      return 2;
+    }
+    http_server = *std::move(started);
+    std::cerr << "opserve: HTTP" << (http_server->tls() ? "S" : "") << " on "
+              << absl::GetFlag(FLAGS_host) << ":" << http_server->port() << std::endl;
+  }
   auto* health = server->GetHealthCheckService();
   health->SetServingStatus(true);
   health_service.store(health);
@@ -683,6 +709,7 @@ int Run() {
   std::cerr << "opserve: signal " << sig << ", draining" << std::endl;
   health->SetServingStatus(false);
   draining.store(true);
+  if (http_server) http_server->Stop();  // answers the requests it has, through the server
   Drain(*server, core);
   for (auto& d : devices) d->Shutdown();
   if (trace) {  // every call is done: the drain waited for them

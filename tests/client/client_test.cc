@@ -91,7 +91,7 @@ class ClientTest : public ::testing::Test {
              const std::string& device = "cpu") {
     client_.reset();
     server_.reset();
-    std::vector<std::string> all = {"--host=127.0.0.1", "--port=0", "--metrics_port=-1",
+    std::vector<std::string> all = {"--host=127.0.0.1", "--port=0", "--metrics_port=-1", "--http_port=-1",
                                     "--device=" + device};
     all.insert(all.end(), flags.begin(), flags.end());
     auto server = e2e::ServerProcess::Start(e2e::OpserveBinary(), all);

@@ -28,7 +28,7 @@ void OpserveTest::Restart(const std::vector<std::string>& extra) {
   stub_.reset();
   client_.reset();
   server_.reset();
-  std::vector<std::string> flags = {"--host=127.0.0.1", "--port=0", "--metrics_port=-1",
+  std::vector<std::string> flags = {"--host=127.0.0.1", "--port=0", "--metrics_port=-1", "--http_port=-1",
                                     "--device=" + Device()};
   // Every server of a capped GPU-suite run gets the cap; a test's own flags come after it, so
   // one that sets the flag itself wins.

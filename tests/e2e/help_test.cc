@@ -117,7 +117,7 @@ TEST(HelpTest, TestFlagsOnlyInTestBuilds) {
     // --max_inflight=0 stops a server that took the test flag at start-up, so that it fails this
     // test instead of serving on; a release refuses the unknown flag before it looks at limits.
     const CommandOutput run =
-        RunOpserve("--device=cpu --host=127.0.0.1 --port=0 --metrics_port=-1 --max_inflight=0 --" +
+        RunOpserve("--device=cpu --host=127.0.0.1 --port=0 --metrics_port=-1 --http_port=-1 --max_inflight=0 --" +
                    flag + "=sum/reference");
     EXPECT_NE(run.exit_code, 0) << run.output;
     EXPECT_NE(run.output.find("Unknown command line flag '" + flag + "'"), std::string::npos)
@@ -145,7 +145,7 @@ TEST(HelpTest, UnusableLimitsAreRefusedAtStartUp) {
   for (const char* flag : flags) {
     SCOPED_TRACE(flag);
     const CommandOutput run =
-        RunOpserve(std::string("--device=cpu --host=127.0.0.1 --port=0 --metrics_port=-1 ") + flag);
+        RunOpserve(std::string("--device=cpu --host=127.0.0.1 --port=0 --metrics_port=-1 --http_port=-1 ") + flag);
     EXPECT_EQ(run.exit_code, 2) << run.output;
     const std::string name = std::string(flag).substr(0, std::string(flag).find('='));
     EXPECT_NE(run.output.find(name), std::string::npos) << run.output;
@@ -159,7 +159,7 @@ TEST(HelpTest, ValidComputeCapabilityCapStartsTheServer) {
   for (const char* cap : {"8.0", "9.0", "12.0"}) {
     SCOPED_TRACE(cap);
     auto server = ServerProcess::Start(
-        OpserveBinary(), {"--device=cpu", "--host=127.0.0.1", "--port=0", "--metrics_port=-1",
+        OpserveBinary(), {"--device=cpu", "--host=127.0.0.1", "--port=0", "--metrics_port=-1", "--http_port=-1",
                           std::string("--max_compute_capability=") + cap});
     ASSERT_TRUE(server.ok()) << server.status();
     EXPECT_TRUE((*server)->Alive());

@@ -217,7 +217,8 @@ TEST(SignalRace, SigtermRightAfterTheListeningLineExitsZero) {
   int killed_by_signal = 0;
   for (int i = 0; i < kStarts; ++i) {
     auto server = ServerProcess::Start(
-        OpserveBinary(), {"--host=127.0.0.1", "--port=0", "--metrics_port=-1", "--device=cpu"},
+        OpserveBinary(),
+        {"--host=127.0.0.1", "--port=0", "--metrics_port=-1", "--http_port=-1", "--device=cpu"},
         std::chrono::seconds(20), /*signal_when_listening=*/SIGTERM);
     ASSERT_TRUE(server.ok()) << server.status();
     absl::StatusOr<int> status = (*server)->WaitForExit(std::chrono::seconds(30));
@@ -300,7 +301,8 @@ TEST_F(AbandonedUploadTest, CancelledUploadStoresNothingAndReturnsItsMemory) {
 // A second server on a port already in use exits at start-up, naming the address, instead of
 // sharing the port (SO_REUSEPORT) and splitting the clients' calls between two tensor stores.
 TEST(PortTest, ASecondServerOnAPortInUseRefusesToStart) {
-  const std::vector<std::string> flags = {"--host=127.0.0.1", "--metrics_port=-1", "--device=cpu"};
+  const std::vector<std::string> flags = {"--host=127.0.0.1", "--metrics_port=-1",
+                                          "--http_port=-1", "--device=cpu"};
   std::vector<std::string> first_flags = flags;
   first_flags.push_back("--port=0");
   auto first = ServerProcess::Start(OpserveBinary(), first_flags);

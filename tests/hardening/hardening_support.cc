@@ -104,7 +104,7 @@ std::string UploadHelperBinary() {
 
 void HardeningTest::SetUp() {
   std::vector<std::string> flags = {"--host=127.0.0.1", "--port=0", "--metrics_port=0",
-                                    "--device=cpu"};
+                                    "--http_port=-1", "--device=cpu"};
   const std::vector<std::string> extra = ExtraFlags();
   flags.insert(flags.end(), extra.begin(), extra.end());
   auto server = e2e::ServerProcess::Start(OpserveBinary(), flags);

@@ -307,7 +307,7 @@ def main():
         # The server picks its own ports (0) and logs them: no window for another process
         # to take a port between our choosing it and the server binding it.
         opserve_log = os.path.join(work, "opserve.log")
-        procs.start("opserve", [args.opserve, "--host=127.0.0.1", "--port=0", "--metrics_port=0",
+        procs.start("opserve", [args.opserve, "--host=127.0.0.1", "--port=0", "--metrics_port=0", "--http_port=-1",
                                 "--device=cpu", f"--lanes={LANES}"], opserve_log)
         ports = {}
 

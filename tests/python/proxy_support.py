@@ -46,8 +46,7 @@ class Replica:
         args = [binary, "--host=127.0.0.1", f"--port={self.port}",
                 f"--metrics_port={self.metrics_port}", "--device=cpu",
                 f"--replica_name={self.name}", "--shutdown_grace_seconds=5", *self.extra_args]
-        if self.http:
-            args.append(f"--http_port={self.http_port}")
+        args.append(f"--http_port={self.http_port if self.http else -1}")
         with open(self.log_path, "w") as log:
             self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
         channel = grpc.insecure_channel(f"127.0.0.1:{self.port}")

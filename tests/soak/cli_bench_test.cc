@@ -53,7 +53,7 @@ class CliBench : public ::testing::Test {
   void SetUp() override {
     auto started = e2e::ServerProcess::Start(
         e2e::OpserveBinary(),
-        {"--host=127.0.0.1", "--port=0", "--metrics_port=-1", "--device=cpu"});
+        {"--host=127.0.0.1", "--port=0", "--metrics_port=-1", "--http_port=-1", "--device=cpu"});
     ASSERT_TRUE(started.ok()) << started.status();
     server_ = *std::move(started);
     client::ClientOptions options;

@@ -186,6 +186,7 @@ TEST(Soak, MixedLoadOnLoopback) {
       "--host=127.0.0.1",
       "--port=0",
       "--metrics_port=0",
+      "--http_port=-1",
       "--device=cpu",
       absl::StrCat("--memory_budget_bytes=", kMemoryBudgetBytes),
       absl::StrCat("--max_graph_nodes=", kMaxGraphNodes),

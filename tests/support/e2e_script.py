@@ -39,7 +39,7 @@ def start_opserve(binary, device, log_path, extra_args=()):
     the process."""
     port = free_port()
     with open(log_path, "w") as server_log:
-        server = subprocess.Popen([binary, "--host=127.0.0.1", f"--port={port}", "--metrics_port=-1",
+        server = subprocess.Popen([binary, "--host=127.0.0.1", f"--port={port}", "--metrics_port=-1", "--http_port=-1",
                                    f"--device={device}", *extra_args],
                                   stdout=server_log, stderr=subprocess.STDOUT)
     return server, port
