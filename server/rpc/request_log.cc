@@ -1,7 +1,9 @@
 #include "server/rpc/request_log.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <mutex>
 #include <string_view>
 #include <utility>
 
@@ -46,14 +48,18 @@ std::string TenantOf(const Tokens& tokens, const grpc::ServerContextBase& ctx) {
   return tenant == tokens.end() ? "" : tenant->second;
 }
 
-// Printed so that a value never breaks the line into fields: a client chooses names.
+// Printed so that a value never breaks the line into fields and never floods the log: a client
+// chooses names.
+constexpr size_t kMaxFieldChars = 128;
+
 std::string Field(std::string_view value) {
   if (value.empty()) return "-";
   std::string out;
-  for (char c : value) {
+  for (char c : value.substr(0, kMaxFieldChars)) {
     const bool plain = c > ' ' && c < 0x7f && c != '"' && c != '\\';
     out += plain ? std::string(1, c) : absl::StrFormat("\\x%02x", static_cast<unsigned char>(c));
   }
+  if (value.size() > kMaxFieldChars) out += "...";
   return out;
 }
 
@@ -68,6 +74,7 @@ class CallLog final : public grpc::experimental::Interceptor {
       if (const void* msg = m->GetRecvMessage(); msg != nullptr) {
         const auto* received = static_cast<const ReceivedMessage*>(msg);
         request_bytes_ += received->wire_bytes;
+        std::lock_guard<std::mutex> lock(mu_);
         if (name_.empty() && received->proto != nullptr) name_ = NameOf(method_, *received->proto);
       }
     }
@@ -87,12 +94,13 @@ class CallLog final : public grpc::experimental::Interceptor {
   void Print(grpc::StatusCode code) {
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start_).count();
     grpc::ServerContextBase* ctx = info_->server_context();
+    std::lock_guard<std::mutex> lock(mu_);
     const std::string line = absl::StrFormat(
         "opserve: request method=%s name=%s tenant=%s code=%s ms=%.3f request_bytes=%u "
         "response_bytes=%u peer=%s\n",
         method_, Field(name_), Field(TenantOf(tokens_, *ctx)),
-        absl::StatusCodeToString(static_cast<absl::StatusCode>(code)), ms, request_bytes_,
-        response_bytes_, Field(ctx->peer()));
+        absl::StatusCodeToString(static_cast<absl::StatusCode>(code)), ms, request_bytes_.load(),
+        response_bytes_.load(), Field(ctx->peer()));
     // One write per line: lines of concurrent calls do not interleave.
     std::fwrite(line.data(), 1, line.size(), stderr);
   }
@@ -101,9 +109,11 @@ class CallLog final : public grpc::experimental::Interceptor {
   const std::string_view method_;
   const Tokens& tokens_;
   const Clock::time_point start_ = Clock::now();
-  std::string name_;
-  uint64_t request_bytes_ = 0;
-  uint64_t response_bytes_ = 0;
+  // A stream's reads and writes may be intercepted on different threads at once.
+  std::mutex mu_;
+  std::string name_;  // guarded by mu_
+  std::atomic<uint64_t> request_bytes_{0};
+  std::atomic<uint64_t> response_bytes_{0};
 };
 
 class RequestLogFactory final : public grpc::experimental::ServerInterceptorFactoryInterface {

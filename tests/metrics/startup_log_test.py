@@ -33,6 +33,10 @@ TOKEN = "tok-Zq81-never-logged"
 MARKER = b"TENSORBYTES-7f3a"
 DATA = MARKER * (96 * 1024 // len(MARKER))  # 96 KiB
 QUEUED = {"Execute", "ModelInfer"}
+# A name chosen to break a log line: escaped, and cut at 128 characters.
+HOSTILE = "evil name\nopserve: request method=Forged" + "x" * 300
+HOSTILE_LOGGED = ("evil\\x20name\\x0aopserve:\\x20request\\x20method=Forged"
+                  + "x" * (128 - len("evil name\nopserve: request method=Forged")) + "...")
 LINE = re.compile(r"^opserve: request (.*)$")
 CODES = 17
 
@@ -149,6 +153,8 @@ def main():
                 (lambda: oip.ModelMetadata(ipb.ModelMetadataRequest(name="no_model"),
                                            metadata=auth, timeout=30), "NOT_FOUND", "alice",
                  "no_model"),
+                (lambda: oip.ModelMetadata(ipb.ModelMetadataRequest(name=HOSTILE), metadata=auth,
+                                           timeout=30), "NOT_FOUND", "alice", HOSTILE_LOGGED),
                 (lambda: oip.ServerLive(ipb.ServerLiveRequest(), timeout=30), "OK", "-", "-")):
             try:
                 call()
@@ -158,7 +164,9 @@ def main():
             if got_code != code:
                 raise Failure(f"a call answered {got_code}, expected {code}")
         expected += [("GetTensor", "NOT_FOUND", "alice", "-"), ("ListOps", "UNAUTHENTICATED", "-", "-"),
-                     ("ModelMetadata", "NOT_FOUND", "alice", "no_model"), ("ServerLive", "OK", "-", "-")]
+                     ("ModelMetadata", "NOT_FOUND", "alice", "no_model"),
+                     ("ModelMetadata", "NOT_FOUND", "alice", HOSTILE_LOGGED),
+                     ("ServerLive", "OK", "-", "-")]
 
         lines = wait_for("one request line per call",
                          lambda: (lambda l: l if len(l) >= len(expected) else None)(
