@@ -11,28 +11,10 @@
 
 #include "kernels/bf16_words.cuh"
 #include "kernels/common.h"
+#include "kernels/launch_bounds.cuh"
 #include "kernels/reduce_op.cuh"
 
 namespace opserve::kernels::reduce {
-
-// Threads one SM holds in the architecture being compiled (CUDA C++ Programming Guide, "Compute
-// Capabilities"): 1536 on 8.6, 8.7, 8.9 and 12.x, 2048 on 8.0, 9.0 and 10.x. The host pass sees
-// 2048; it only sizes grids, where a larger target costs nothing.
-constexpr int MaxThreadsPerSm() {
-#if defined(__CUDA_ARCH__) && \
-    (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 870 || __CUDA_ARCH__ == 890 || __CUDA_ARCH__ >= 1200)
-  return 1536;
-#else
-  return 2048;
-#endif
-}
-
-// The minimum-blocks argument of __launch_bounds__ for `wanted` blocks of `threads`, capped at
-// what the SM holds: ptxas ignores a larger one with a warning ("Value of minnctapersm is out of
-// range") instead of capping it.
-constexpr int LaunchMinBlocks(int threads, int wanted) {
-  return wanted * threads <= MaxThreadsPerSm() ? wanted : MaxThreadsPerSm() / threads;
-}
 
 // Devices whose SM count is cached; a higher ordinal just queries every time.
 inline constexpr int kMaxCachedDevices = 64;
