@@ -10,8 +10,8 @@ namespace opserve::kernels {
 // blocks on 8.0, 9.0 and 10.x; 1536 threads and 16 blocks on 8.6 and 8.7; 1536 threads and 24
 // blocks on 8.9, 11.0 and 12.x. The host pass sees the 8.0 figures: there the bound is unused.
 constexpr int MaxThreadsPerSm() {
-#if defined(__CUDA_ARCH__) && \
-    (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 870 || __CUDA_ARCH__ == 890 || __CUDA_ARCH__ >= 1100)
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 870 || \
+                               __CUDA_ARCH__ == 890 || __CUDA_ARCH__ >= 1100)
   return 1536;
 #else
   return 2048;

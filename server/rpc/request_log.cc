@@ -27,10 +27,12 @@ using Tokens = std::map<std::string, std::string>;
 std::string NameOf(std::string_view method, const google::protobuf::Message& m) {
   const google::protobuf::Descriptor* d = m.GetDescriptor();
   const google::protobuf::FieldDescriptor* f = d->FindFieldByName("model_name");
-  if (f == nullptr && (method.find("Model") != method.npos || method.find("Graph") != method.npos)) {
+  if (f == nullptr &&
+      (method.find("Model") != method.npos || method.find("Graph") != method.npos)) {
     f = d->FindFieldByName("name");
   }
-  if (f == nullptr || f->is_repeated() || f->type() != google::protobuf::FieldDescriptor::TYPE_STRING) {
+  if (f == nullptr || f->is_repeated() ||
+      f->type() != google::protobuf::FieldDescriptor::TYPE_STRING) {
     return "";
   }
   return m.GetReflection()->GetString(m, f);
@@ -125,8 +127,8 @@ class RequestLogFactory final : public grpc::experimental::ServerInterceptorFact
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override {
     const std::string_view path = info->method();  // "/opserve.v1.OpServe/Execute"
-    for (std::string_view service : {v1::OpServe::service_full_name(),
-                                     inference::GRPCInferenceService::service_full_name()}) {
+    for (std::string_view service :
+         {v1::OpServe::service_full_name(), inference::GRPCInferenceService::service_full_name()}) {
       if (path.size() > service.size() + 2 && path[0] == '/' &&
           path.substr(1, service.size()) == service && path[service.size() + 1] == '/') {
         return new CallLog(info, path.substr(service.size() + 2), tokens_);

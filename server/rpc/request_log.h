@@ -11,11 +11,11 @@
 // server without it pays nothing.
 #pragma once
 
+#include <grpcpp/support/server_interceptor.h>
+
 #include <map>
 #include <memory>
 #include <string>
-
-#include <grpcpp/support/server_interceptor.h>
 
 namespace opserve {
 

@@ -122,8 +122,10 @@ int main(int argc, char** argv) {
       };
       while (!stop.load()) {
         timed("PutTensor", [&] {
-          return (*client)->PutTensor(name, opserve::v1::FLOAT32, {rows, cols}, data.data(),
-                                      data.size() * 4, /*overwrite=*/true).ok();
+          return (*client)
+              ->PutTensor(name, opserve::v1::FLOAT32, {rows, cols}, data.data(), data.size() * 4,
+                          /*overwrite=*/true)
+              .ok();
         });
         timed("GetTensor", [&] { return (*client)->GetTensor(name).ok(); });
         timed("Execute", [&] { return (*client)->Execute(exec).ok(); });
@@ -138,16 +140,18 @@ int main(int argc, char** argv) {
   stop = true;
   for (std::thread& th : threads) th.join();
 
-  std::cout << absl::StrFormat("%d threads, %d MiB tensors, %.0f s, window %s, chunk %d bytes\n",
-                               flags.threads, flags.mib, flags.seconds,
-                               flags.window > 0 ? std::to_string(flags.window) : "64 MiB (client's)",
-                               options.chunk_bytes);
+  std::cout << absl::StrFormat(
+      "%d threads, %d MiB tensors, %.0f s, window %s, chunk %d bytes\n", flags.threads, flags.mib,
+      flags.seconds, flags.window > 0 ? std::to_string(flags.window) : "64 MiB (client's)",
+      options.chunk_bytes);
   std::cout << absl::StrFormat("%-13s %7s %9s %9s %9s %7s\n", "rpc", "calls", "p50 ms", "p90 ms",
                                "p99 ms", "failed");
   for (const char* rpc : {"PutTensor", "GetTensor", "Execute", "DeleteTensor"}) {
     std::vector<double>& v = latencies[rpc];
     std::sort(v.begin(), v.end());
-    auto pct = [&](double p) { return v.empty() ? 0.0 : v[std::min(v.size() - 1, size_t(p * v.size()))]; };
+    auto pct = [&](double p) {
+      return v.empty() ? 0.0 : v[std::min(v.size() - 1, size_t(p * v.size()))];
+    };
     std::cout << absl::StrFormat("%-13s %7d %9.1f %9.1f %9.1f %7d\n", rpc, v.size(), pct(0.5),
                                  pct(0.9), pct(0.99), failures[rpc]);
   }

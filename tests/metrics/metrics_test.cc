@@ -339,6 +339,20 @@ TEST(MetricsTest, TransferMemoryTensorsAndInflight) {
   EXPECT_EQ(Value(text, "opserve_inflight_requests"), 2);
 }
 
+// Request series for every RPC named, queue-time series only for those that queue.
+TEST(MetricsTest, QueueSeriesOnlyForTheRpcsThatQueue) {
+  const std::vector<std::string> queued = {"Execute"};
+  auto metrics = Metrics::Create("", "cpu", "cpu", kRpcs, queued);
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  const std::string text = (*metrics)->Scrape();
+  EXPECT_EQ(CountSeries(text, "opserve_request_duration_seconds_count"),
+            static_cast<int>(kRpcs.size()));
+  EXPECT_EQ(CountSeries(text, "opserve_queue_duration_seconds_count"), 1);
+  EXPECT_EQ(Value(text, "opserve_queue_duration_seconds_count",
+                  {{"rpc", "Execute"}, {"device", "cpu"}}),
+            0);
+}
+
 TEST(MetricsTest, DeviceLabelIsTheOneGivenToCreate) {
   auto metrics = Metrics::Create("", "cuda:0", "cuda", kRpcs, kRpcs);
   ASSERT_TRUE(metrics.ok()) << metrics.status();
