@@ -11,6 +11,7 @@
 
 #include "kernels/bf16_words.cuh"
 #include "kernels/common.h"
+#include "kernels/launch_bounds.cuh"
 #include "kernels/reduce_op.cuh"
 
 namespace opserve::kernels::reduce {

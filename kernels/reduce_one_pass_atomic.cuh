@@ -35,7 +35,7 @@ __device__ __forceinline__ void AtomicAddTotal(int64_t* out, int64_t v) {
 }
 
 template <typename Op, typename T>
-__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+__global__ void __launch_bounds__(kThreads, LaunchMinBlocks(kThreads, kBlocksPerSm))
     reduce_one_pass_atomic_kernel(const T* __restrict__ in, int64_t n,
                                   AccT<Op, T>* __restrict__ out) {
   using Acc = AccT<Op, T>;

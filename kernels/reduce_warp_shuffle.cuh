@@ -24,7 +24,7 @@ static_assert((kThreads & (kThreads - 1)) == 0 && kThreads >= 64,
 static_assert(kThreads * kBlocksPerSm <= 2048, "one wave must fit the SM's thread slots");
 
 template <typename Op, typename T>
-__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+__global__ void __launch_bounds__(kThreads, LaunchMinBlocks(kThreads, kBlocksPerSm))
     reduce_warp_shuffle_kernel(const T* __restrict__ in, int64_t n,
                                AccT<Op, T>* __restrict__ out) {
   using Acc = AccT<Op, T>;

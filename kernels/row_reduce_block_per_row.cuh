@@ -21,6 +21,7 @@
 
 #include <cstdint>
 
+#include "kernels/launch_bounds.cuh"
 #include "kernels/reduce.h"
 #include "kernels/row_reduce_common.cuh"
 
@@ -69,9 +70,10 @@ static_assert(kFinalizeThreads % kWarpSize == 0, "finalize runs one warp per row
 // finish(its result). With splits == 1, out is d_out and finish the launcher's RowFinish;
 // otherwise out is the partials in d_temp and finish keeps the accumulator.
 // Min blocks per SM = 1024 / threads caps registers at 64 for every block size, so 512-thread
-// blocks are guaranteed 2 per SM (kSplitBlocksPerSm relies on it).
+// blocks are guaranteed 2 per SM (kSplitBlocksPerSm relies on it). Where an SM holds fewer
+// blocks (32-thread blocks on 8.6, 8.9, 12.x) LaunchMinBlocks asks for as many as it holds.
 template <typename Op, int kThreads, typename In, typename Out, typename Finish>
-__global__ void __launch_bounds__(kThreads, 1024 / kThreads)
+__global__ void __launch_bounds__(kThreads, LaunchMinBlocks(kThreads, 1024 / kThreads))
 row_reduce_block_kernel(const In* __restrict__ d_in, Out* __restrict__ out, int64_t rows,
                         int64_t cols, int64_t splits, int64_t chunk, Finish finish) {
   using Acc = row_reduce::AccT<Op, In>;

@@ -9,8 +9,9 @@
 #   compose     docker-compose config on deploy/docker/compose.yaml, both profiles; on what it
 #               renders: ports on 127.0.0.1 unless OPSERVE_BIND_ADDR says otherwise, a stop grace
 #               period longer than the server's drain, --device=cuda for the GPU service
-#   dockerfile  deploy/docker/Dockerfile's stages, user and group, health check and library check,
-#               and deploy/docker/check-runtime-libs.sh run on stand-in binaries and libraries
+#   dockerfile  deploy/docker/Dockerfile's and Dockerfile.cpu's images (fully qualified; no CUDA in
+#               the CPU one), stages, user and group, health check and library check, and
+#               deploy/docker/check-runtime-libs.sh run on stand-in binaries and libraries
 #   docker_mutants  each of a list of small wrong edits to deploy/docker must make the compose or
 #               dockerfile checks fail
 #   yamllint    yamllint -c deploy/.yamllint deploy
@@ -170,6 +171,8 @@ PY
     "fail|no libcublas.so.13|$lib/none|$good"
     "fail|libcublas.so.13 without libcublasLt.so.13|$lib/no-lt|$good"
     "fail|libcublas.so.13 needs a library that is missing|$lib/broken|$good"
+    "pass|--without-cublas: no cuBLAS needed|$lib/none|--without-cublas $good"
+    "fail|--without-cublas: a binary needs a library that is missing|$lib/none|--without-cublas $lib/missing-dep.so"
   )
   local c expect what search binaries got
   for c in "${cases[@]}"; do
@@ -187,21 +190,28 @@ PY
   [[ $bad -eq 0 ]]
 }
 
-# The checks of Dockerfile $1 and its library check $2.
+# The checks of Dockerfile $1 and its library check $2; a Dockerfile.cpu is checked as CPU-only.
 dockerfile_ok() {
-  "$py" deploy/docker/check_docker.py dockerfile --dockerfile "$1" --libs-script "$2" &&
+  local cpu=()
+  [[ "$1" == *.cpu ]] && cpu=(--cpu)
+  "$py" deploy/docker/check_docker.py dockerfile --dockerfile "$1" --libs-script "$2" "${cpu[@]}" &&
     runtime_libs_behave "$2"
 }
 
 check_dockerfile() {
   # Two stages from CUDA 13 on Ubuntu 24.04 and a gRPC health check; user, group and libraries
   # are check_docker.py's. (No engine here: the image itself is not built in CI.)
-  grep -Eq '^FROM nvidia/cuda:\$\{CUDA_VERSION\}-devel-ubuntu24.04 AS build' deploy/docker/Dockerfile
-  grep -Eq '^FROM nvidia/cuda:\$\{CUDA_VERSION\}-runtime-ubuntu24.04' deploy/docker/Dockerfile
+  grep -Eq '^FROM docker.io/nvidia/cuda:\$\{CUDA_VERSION\}-devel-ubuntu24.04 AS build' deploy/docker/Dockerfile
+  grep -Eq '^FROM docker.io/nvidia/cuda:\$\{CUDA_VERSION\}-runtime-ubuntu24.04' deploy/docker/Dockerfile
   grep -Eq '^ARG CUDA_VERSION=13\.' deploy/docker/Dockerfile
-  grep -Eq '^HEALTHCHECK .*' deploy/docker/Dockerfile
-  grep -Eq 'CMD \["opserve-cli", .*"health"\]' deploy/docker/Dockerfile
-  dockerfile_ok deploy/docker/Dockerfile deploy/docker/check-runtime-libs.sh
+  # The CPU-only image: Debian 12 slim, both stages.
+  [[ $(grep -Ec '^FROM docker.io/library/debian:12-slim( AS build)?$' deploy/docker/Dockerfile.cpu) -eq 2 ]]
+  local f
+  for f in deploy/docker/Dockerfile deploy/docker/Dockerfile.cpu; do
+    grep -Eq '^HEALTHCHECK .*' "$f"
+    grep -Eq 'CMD \["opserve-cli", .*"health"\]' "$f"
+    dockerfile_ok "$f" deploy/docker/check-runtime-libs.sh
+  done
 }
 
 # Each mutant: file (under deploy/docker) => the exact text => its replacement ("\n" a newline).
@@ -220,6 +230,14 @@ docker_mutants=(
   'Dockerfile => groupadd --system --gid 10001 opserve => true'
   'Dockerfile => --uid 10001 --gid 10001 => --uid 10001 --user-group'
   'Dockerfile => USER 10001:10001 => USER 10001'
+  'Dockerfile => FROM docker.io/nvidia/cuda:${CUDA_VERSION}-devel => FROM nvidia/cuda:${CUDA_VERSION}-devel'
+  'Dockerfile => FROM docker.io/nvidia/cuda:${CUDA_VERSION}-runtime => FROM nvidia/cuda:${CUDA_VERSION}-runtime'
+  'Dockerfile => check-runtime-libs.sh /usr/local/bin/opserve => check-runtime-libs.sh --without-cublas /usr/local/bin/opserve'
+  'Dockerfile.cpu => FROM docker.io/library/debian:12-slim AS build => FROM debian:12-slim AS build'
+  'Dockerfile.cpu => FROM docker.io/library/debian:12-slim\n => FROM docker.io/nvidia/cuda:13.0.1-runtime-ubuntu24.04\n'
+  'Dockerfile.cpu => -DOPSERVE_CUDA=OFF => -DOPSERVE_CUDA=ON'
+  'Dockerfile.cpu => check-runtime-libs.sh --without-cublas => check-runtime-libs.sh'
+  'Dockerfile.cpu => USER 10001:10001 => USER 10001'
   'Dockerfile => --home-dir /home/opserve --create-home => --no-create-home'
   'Dockerfile => RUN sh /usr/local/libexec/check-runtime-libs.sh /usr/local/bin/opserve /usr/local/bin/opserve-cli => RUN ! ldd /usr/local/bin/opserve /usr/local/bin/opserve-cli | grep "not found"'
   'check-runtime-libs.sh => || fail "ldd $1 failed: $out" => || true'
@@ -247,6 +265,8 @@ PY
     n=$((n + 1))
     if [[ "$spec" == compose.yaml* ]]; then
       run=(compose_ok "$m/deploy/docker/compose.yaml")
+    elif [[ "$spec" == Dockerfile.cpu* ]]; then
+      run=(dockerfile_ok "$m/deploy/docker/Dockerfile.cpu" "$m/deploy/docker/check-runtime-libs.sh")
     else
       run=(dockerfile_ok "$m/deploy/docker/Dockerfile" "$m/deploy/docker/check-runtime-libs.sh")
     fi

@@ -34,6 +34,7 @@
 #include "server/ops/op.h"
 #include "server/rpc/host_malloc.h"
 #include "server/rpc/inference_service.h"
+#include "server/rpc/request_log.h"
 #include "server/rpc/security.h"
 #include "server/rpc/service.h"
 #include "server/rpc/replica_identity.h"
@@ -95,6 +96,8 @@ ABSL_FLAG(std::string, trace_requests, "",
 ABSL_FLAG(bool, retain_freed_host_memory, true,
           "keep freed host memory mapped for reuse, so that large requests' receive buffers are "
           "not faulted in anew on every call (false: glibc's malloc defaults)");
+ABSL_FLAG(bool, log_requests, false,
+          "one line on stderr per call: method, model, tenant, code, duration, bytes, peer");
 ABSL_FLAG(uint32_t, chunk_bytes, 1u << 20, "default GetTensor chunk size");
 ABSL_FLAG(int, shutdown_grace_seconds, 30, "how long SIGTERM waits for calls in flight");
 ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate (turns TLS on, with --tls_key)");
@@ -444,7 +447,8 @@ absl::StatusOr<std::unique_ptr<Metrics>> StartMetrics(
   ASSIGN_OR_RETURN(std::unique_ptr<Metrics> metrics,
                    Metrics::Create(absl::StrCat(absl::GetFlag(FLAGS_host), ":",
                                                 absl::GetFlag(FLAGS_metrics_port)),
-                                   devices, backends.front()->name(), MetricRpcNames()));
+                                   devices, backends.front()->name(), MetricRpcNames(),
+                                   QueuedRpcNames()));
   for (size_t i = 0; i < backends.size(); ++i) {
     for (const OpSpec& op : Ops()) {
       for (const AlgoSpec* algo : AlgorithmsFor(op.name, *backends[i])) {
@@ -662,6 +666,11 @@ int Run() {
   builder.SetMaxSendMessageSize(max_message);
   builder.RegisterService(&service);
   builder.RegisterService(&inference);
+  if (absl::GetFlag(FLAGS_log_requests)) {
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> logs;
+    logs.push_back(MakeRequestLog(options.tokens));
+    builder.experimental().SetInterceptorCreators(std::move(logs));
+  }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {
     std::cerr << "opserve: cannot listen on " << absl::GetFlag(FLAGS_host) << ":"

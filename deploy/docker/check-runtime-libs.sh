@@ -2,7 +2,8 @@
 # Fails (exit 1, with the reason) unless every shared library the given binaries link resolves and
 # cuBLAS can be loaded. Run by deploy/docker/Dockerfile on the runtime image, so that a missing
 # library fails the build rather than the first start or the first matmul.
-#   check-runtime-libs.sh BINARY...
+#   check-runtime-libs.sh [--without-cublas] BINARY...
+# (--without-cublas: a CPU-only build, deploy/docker/Dockerfile.cpu, which never loads cuBLAS.)
 # Two things a plain `ldd BINARY | ! grep "not found"` would miss:
 # - ldd failing (a missing or foreign binary, a broken loader) prints no "not found": its own exit
 #   status must count, so its output is captured before it is read, and no pipe hides a status;
@@ -59,10 +60,19 @@ find_lib() {
   printf '%s\n' "$found"
 }
 
-[ "$#" -gt 0 ] || fail "usage: check-runtime-libs.sh BINARY..."
+cublas=1
+if [ "${1:-}" = "--without-cublas" ]; then
+  cublas=0
+  shift
+fi
+[ "$#" -gt 0 ] || fail "usage: check-runtime-libs.sh [--without-cublas] BINARY..."
 for binary in "$@"; do
   resolved_libs "$binary"
 done
+if [ "$cublas" -eq 0 ]; then
+  echo "check-runtime-libs: the libraries of $* resolve"
+  exit 0
+fi
 for soname in libcublas.so.13 libcublasLt.so.13; do
   path="$(find_lib "$soname")"
   [ -n "$path" ] ||

@@ -13,8 +13,15 @@
         auto or cpu; one that reserves several GPUs (count: all, count: N > 1, several
         device_ids) serves each: --device=cuda (every GPU the container sees), or a list of as
         many.
-  check_docker.py dockerfile [--repo DIR] [--dockerfile FILE] [--libs-script FILE]
-      Checks the runtime stage of the Dockerfile (default deploy/docker/Dockerfile):
+  check_docker.py dockerfile [--repo DIR] [--dockerfile FILE] [--libs-script FILE] [--cpu]
+      Checks the Dockerfile (default deploy/docker/Dockerfile):
+      - every FROM names its image fully qualified, registry included (docker.io/nvidia/cuda,
+        docker.io/library/debian): Podman and CRI-O, without Docker's default registry, refuse
+        or ask about a short name;
+      - with --cpu (deploy/docker/Dockerfile.cpu): no CUDA anywhere (no CUDA or NVIDIA image,
+        package or path), the build says -DOPSERVE_CUDA=OFF, and the library check runs
+        --without-cublas; without it, the library check looks for cuBLAS;
+      and its runtime stage:
       - the group is created with an explicit gid before the user, the user gets that gid, no
         `useradd --user-group` (it takes the next free system gid), and USER names the same
         numeric uid:gid;
@@ -189,9 +196,34 @@ def option(argv, *names):
     return None
 
 
-def check_dockerfile(repo, path, libs_script):
-    problems = []
+def image_problems(steps, cpu):
+    """The FROM lines' images, and for a CPU-only file any mention of CUDA."""
+    problems, stages = [], set()
+    for keyword, args in steps:
+        if keyword != "FROM":
+            continue
+        words = [w for w in args.split() if not w.startswith("--")]
+        image = words[0] if words else ""
+        if len(words) >= 3 and words[1].upper() == "AS":
+            stages.add(words[2])
+        if image in stages:
+            continue  # an earlier stage of this file
+        registry = image.split("/")[0] if "/" in image else ""
+        if not ("." in registry or ":" in registry or registry == "localhost"):
+            problems.append(f"FROM {image}: not fully qualified (e.g. docker.io/library/debian:12-slim)")
+    if cpu:
+        for keyword, args in steps:
+            text = args.replace("-DOPSERVE_CUDA=OFF", "")
+            if re.search(r"cuda|nvidia|cublas", text, re.I) and "--without-cublas" not in text:
+                problems.append(f"{keyword} {args[:80]}: a CPU-only image mentions CUDA")
+        if not any(k == "RUN" and "-DOPSERVE_CUDA=OFF" in a for k, a in steps):
+            problems.append("the build does not say -DOPSERVE_CUDA=OFF")
+    return problems
+
+
+def check_dockerfile(repo, path, libs_script, cpu=False):
     steps = instructions(path)
+    problems = image_problems(steps, cpu)
     last_from = max(i for i, (keyword, _) in enumerate(steps) if keyword == "FROM")
     runtime = steps[last_from:]
 
@@ -242,13 +274,19 @@ def check_dockerfile(repo, path, libs_script):
     checks = [i for i, argv in commands if any(arg.endswith("check-runtime-libs.sh") for arg in argv)
               and any(arg.endswith("/opserve") for arg in argv)
               and any(arg.endswith("/opserve-cli") for arg in argv)]
+    without_cublas = [i for i, argv in commands if "--without-cublas" in argv]
     if not checks:
         problems.append("no RUN of check-runtime-libs.sh on opserve and opserve-cli in the runtime stage")
+    elif cpu != bool(without_cublas):
+        problems.append("check-runtime-libs.sh " + ("looks for cuBLAS in a CPU-only image" if cpu else
+                        "runs --without-cublas in an image whose matmul loads cuBLAS"))
     elif copies_binaries is None or min(checks) < copies_binaries:
         problems.append("check-runtime-libs.sh runs before the binaries are copied in")
     if not any(k == "COPY" and "deploy/docker/check-runtime-libs.sh" in a for k, a in runtime):
         problems.append("the runtime stage does not COPY deploy/docker/check-runtime-libs.sh")
 
+    if cpu:
+        return problems
     loader = open(os.path.join(repo, "kernels/cublas_loader.cc")).read()
     sonames = set(re.findall(r'dlopen\("(?:[^"]*/)?(libcublas\.so\.\d+)"', loader))
     # The sonames the script looks for: its `for soname in ...` loop.
@@ -274,6 +312,7 @@ def main():
     parser.add_argument("--repo", default=os.path.join(os.path.dirname(__file__), "..", ".."))
     parser.add_argument("--dockerfile", help="default: deploy/docker/Dockerfile of the repo")
     parser.add_argument("--libs-script", help="default: deploy/docker/check-runtime-libs.sh of the repo")
+    parser.add_argument("--cpu", action="store_true", help="a CPU-only Dockerfile (Dockerfile.cpu)")
     args = parser.parse_args()
     if args.what == "compose":
         if len(args.rendered) != 2:
@@ -282,7 +321,8 @@ def main():
     else:
         docker = os.path.join(args.repo, "deploy/docker")
         problems = check_dockerfile(args.repo, args.dockerfile or os.path.join(docker, "Dockerfile"),
-                                    args.libs_script or os.path.join(docker, "check-runtime-libs.sh"))
+                                    args.libs_script or os.path.join(docker, "check-runtime-libs.sh"),
+                                    cpu=args.cpu)
     for problem in problems:
         print("FAIL", problem)
     print(f"check_docker {args.what}: {len(problems)} problem(s)")

@@ -14,7 +14,11 @@ For every dashboard:
     once, All included), every selector of a device-level series (a family metrics.cc builds in
     DeviceFamilies::Build, or a series a rule records by device) filters device=~"$device", and
     the target's legend names {{device}}: one process serves several GPUs, and a panel that sums
-    them or leaves the selection out hides which one is slow, full or out.
+    them or leaves the selection out hides which one is slow, full or out;
+  - a copy_bandwidth_gbps variable (the bandwidth the fraction panel divides by) lists a GPU of
+    every compute capability in OPSERVE_CUDA_ARCHS' default (CMakeLists.txt), each once with a
+    positive value, its options are its query, its current value one of them, and its
+    description and the dashboard's name their source (NVIDIA's data sheets).
 
 Usage: check_dashboards.py [--repo DIR] [--keep FILE]
 Exit status 0 when all is well, 1 on a finding, 2 when promtool is missing.
@@ -133,6 +137,62 @@ def check_device_variable(dashboard, name, problems):
         problems.append(f"{name}: the device variable must allow several devices and All")
 
 
+# GPUs of each compute capability that the bandwidth variable may name (docs/DEPLOY.md,
+# "Supported GPUs"); an architecture added to OPSERVE_CUDA_ARCHS needs a row here.
+ARCH_GPUS = {
+    80: ("A100", "A30"),
+    86: ("A10", "A40", "RTX A6000"),
+    89: ("L4", "L40", "L40S", "RTX 6000 Ada", "RTX 4090"),
+    90: ("H100", "H200", "GH200"),
+    100: ("B200", "GB200"),
+    120: ("RTX 5090", "RTX PRO 6000"),
+}
+
+
+def default_archs(repo):
+    """The compute capabilities of OPSERVE_CUDA_ARCHS' default list, as numbers (80, 86, ...)."""
+    cmake = open(os.path.join(repo, "CMakeLists.txt")).read()
+    m = re.search(r'set\(OPSERVE_CUDA_ARCHS "([^"]*)"', cmake)
+    return sorted({int(re.match(r"\d+", a).group()) for a in m.group(1).split(";")}) if m else []
+
+
+def check_bandwidth_variable(dashboard, name, archs, problems):
+    var = next((v for v in dashboard.get("templating", {}).get("list", [])
+                if v.get("name") == "copy_bandwidth_gbps"), None)
+    if var is None:
+        return
+    pairs = [tuple(x.strip() for x in item.split(" : ", 1)) for item in var.get("query", "").split(",")]
+    options = [(o.get("text"), o.get("value")) for o in var.get("options", [])]
+    if pairs != options:
+        problems.append(f"{name}: copy_bandwidth_gbps's options are not its query")
+    texts = [text for text, _ in pairs]
+    if len(set(texts)) != len(texts):
+        problems.append(f"{name}: copy_bandwidth_gbps names a GPU twice")
+    for text, value in pairs:
+        try:
+            ok = float(value) > 0
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            problems.append(f"{name}: copy_bandwidth_gbps {text!r} has no positive value ({value!r})")
+    current = var.get("current", {})
+    if (current.get("text"), current.get("value")) not in pairs:
+        problems.append(f"{name}: copy_bandwidth_gbps's current value is not one of its options")
+    if "data sheet" not in var.get("description", "") or "data sheet" not in dashboard.get("description", ""):
+        problems.append(f"{name}: copy_bandwidth_gbps's source (the data sheets) is not named in "
+                        "its description and the dashboard's")
+    if not archs:
+        problems.append("CMakeLists.txt: no default OPSERVE_CUDA_ARCHS found")
+    for arch in archs:
+        gpus = ARCH_GPUS.get(arch)
+        if gpus is None:
+            problems.append(f"compute capability {arch / 10:.1f} is built (OPSERVE_CUDA_ARCHS) but "
+                            "ARCH_GPUS names no GPU of it")
+        elif not any(t.split(" (")[0] == g or t.startswith(g + " ") for t in texts for g in gpus):
+            problems.append(f"{name}: copy_bandwidth_gbps lists no GPU of compute capability "
+                            f"{arch / 10:.1f} ({', '.join(gpus)})")
+
+
 def metric_known(name, families, recorded):
     if name in recorded or name in families or name in EXTRA_METRICS:
         return True
@@ -180,6 +240,7 @@ def main():
         if "datasource" not in values:
             problems.append(f"{name}: no datasource variable")
         check_device_variable(dashboard, name, problems)
+        check_bandwidth_variable(dashboard, name, default_archs(args.repo), problems)
         ids = set()
         for panel in walk_panels(dashboard.get("panels", [])):
             where = f"{name} panel {panel.get('id')} ({panel.get('title')!r})"

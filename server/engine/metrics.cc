@@ -41,7 +41,7 @@ constexpr std::array<std::string_view, 4> kGraphResults = {"hit", "rebound", "mi
 
 // Labels come from the server's fixed tables, but a bug there must not turn into unbounded
 // cardinality: past these limits new values are folded into kOverflowLabel.
-constexpr size_t kMaxRpcs = 32;
+constexpr size_t kMaxRpcs = 48;  // the two services have 30
 constexpr size_t kMaxKernelSeries = 256;  // (op, algorithm) pairs; the table has about 30
 constexpr size_t kMaxDirections = 8;
 constexpr std::string_view kOverflowLabel = "other";
@@ -240,12 +240,12 @@ struct DeviceMetrics::Impl {
   std::unordered_map<KernelKey, KernelSeries, KernelKeyHash, KernelKeyEq> kernels;
   std::unordered_map<std::string, prometheus::Histogram*, StringHash, std::equal_to<>> queues;
 
-  void Build(std::span<const std::string> rpcs);
+  void Build(std::span<const std::string> queued_rpcs);
   KernelSeries& Kernel(std::string_view op, std::string_view algorithm);  // requires mu
   prometheus::Histogram* Queue(std::string_view rpc);                     // requires mu
 };
 
-void DeviceMetrics::Impl::Build(std::span<const std::string> rpcs) {
+void DeviceMetrics::Impl::Build(std::span<const std::string> queued_rpcs) {
   memory_used = &families->memory->Add({{"device", name}, {"kind", "used"}});
   memory_budget = &families->memory->Add({{"device", name}, {"kind", "budget"}});
   memory_total = &families->memory->Add({{"device", name}, {"kind", "total"}});
@@ -260,8 +260,9 @@ void DeviceMetrics::Impl::Build(std::span<const std::string> rpcs) {
         {{"device", name}, {"result", std::string(kGraphResults[i])}});
   }
   const std::lock_guard<std::mutex> lock(mu);
-  // The queue of every RPC the edge names, at 0 from the first scrape (as its request series).
-  for (std::string_view rpc : rpcs) Queue(rpc);
+  // The queue of every RPC that waits for a device, at 0 from the first scrape (as the request
+  // series); an RPC that never queues has none.
+  for (std::string_view rpc : queued_rpcs) Queue(rpc);
 }
 
 KernelSeries& DeviceMetrics::Impl::Kernel(std::string_view op, std::string_view algorithm) {
@@ -435,8 +436,8 @@ void Metrics::Impl::Build(const std::string& backend, std::span<const std::strin
 
   const std::lock_guard<std::mutex> lock(mu);
   // Every code of every RPC the edge names: a series first seen at 1 hides its first increase
-  // from rate(), so a lone INTERNAL would never reach the error ratio. The server names 10 RPCs:
-  // 10 x 17 series, no more.
+  // from rate(), so a lone INTERNAL would never reach the error ratio. The server names its two
+  // services' 30 RPCs: 30 x 17 series, no more.
   for (std::string_view rpc : rpcs) {
     auto& entry = Rpc(rpc);
     for (int code = 0; code < kNumCodes; ++code) {
@@ -482,7 +483,8 @@ prometheus::Counter* Metrics::Impl::Direction(std::string_view direction) {
 absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const std::string& bind_address,
                                                          std::span<const std::string> devices,
                                                          const std::string& backend,
-                                                         std::span<const std::string> rpcs) {
+                                                         std::span<const std::string> rpcs,
+                                                         std::span<const std::string> queued_rpcs) {
   // Two devices of one name would share their series (Family::Add returns the existing child),
   // and an empty label value is the same as no label in PromQL, which would break joins on
   // device.
@@ -507,7 +509,7 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const std::string& bind
       device->name = name;
       device->families = &impl->device_families;
       device->buckets = &impl->buckets;
-      device->Build(rpcs);
+      device->Build(queued_rpcs);
       impl->devices.push_back(std::unique_ptr<DeviceMetrics>(new DeviceMetrics(std::move(device))));
     }
   } catch (const std::exception& e) {
@@ -534,9 +536,10 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const std::string& bind
 absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const std::string& bind_address,
                                                          const std::string& device,
                                                          const std::string& backend,
-                                                         std::span<const std::string> rpcs) {
+                                                         std::span<const std::string> rpcs,
+                                                         std::span<const std::string> queued_rpcs) {
   const std::string name = device.empty() ? "unknown" : device;
-  return Create(bind_address, std::span<const std::string>(&name, 1), backend, rpcs);
+  return Create(bind_address, std::span<const std::string>(&name, 1), backend, rpcs, queued_rpcs);
 }
 
 Metrics::Metrics(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -70,17 +70,20 @@ class Metrics {
   // families but serves nothing (tests, tools). `devices` names the devices the process serves,
   // in the order device(index) takes; each has its memory, tensor, serving, queue, lane,
   // graph-replay and peer-copy series from the start. Every code of each of `rpcs` (the edge's
-  // RPC names) has its request series from the start. INVALID_ARGUMENT when `devices` is empty,
+  // RPC names) has its request series from the start, and each of `queued_rpcs` (those that
+  // wait for a device's worker) its queue-time series on every device. INVALID_ARGUMENT when `devices` is empty,
   // or names a device twice or with an empty name.
   static absl::StatusOr<std::unique_ptr<Metrics>> Create(const std::string& bind_address,
                                                          std::span<const std::string> devices,
                                                          const std::string& backend,
-                                                         std::span<const std::string> rpcs);
+                                                         std::span<const std::string> rpcs,
+                                                         std::span<const std::string> queued_rpcs);
   // The one-device form: `device` labels the device-scoped series (an empty name is "unknown").
   static absl::StatusOr<std::unique_ptr<Metrics>> Create(const std::string& bind_address,
                                                          const std::string& device,
                                                          const std::string& backend,
-                                                         std::span<const std::string> rpcs);
+                                                         std::span<const std::string> rpcs,
+                                                         std::span<const std::string> queued_rpcs);
   ~Metrics();
 
   // The devices given to Create, in their order. 0 <= index < device_count(): the server's own

@@ -66,7 +66,9 @@ grpc::ServerUnaryReactor* InferenceService::Unary(
 grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerContext* ctx,
                                                        const inference::ServerLiveRequest*,
                                                        inference::ServerLiveResponse* resp) {
+  const auto start = std::chrono::steady_clock::now();
   resp->set_live(true);
+  core_.RecordRpc("ServerLive", absl::OkStatus(), start);
   auto* reactor = ctx->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;
@@ -75,7 +77,9 @@ grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* InferenceService::ServerReady(grpc::CallbackServerContext* ctx,
                                                         const inference::ServerReadyRequest*,
                                                         inference::ServerReadyResponse* resp) {
+  const auto start = std::chrono::steady_clock::now();
   resp->set_ready(ready_());
+  core_.RecordRpc("ServerReady", absl::OkStatus(), start);
   auto* reactor = ctx->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;

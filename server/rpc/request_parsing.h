@@ -21,6 +21,7 @@
 #include <grpcpp/support/server_callback.h>
 #include <grpcpp/support/status.h>
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <type_traits>
@@ -61,11 +62,20 @@ inline void PublishParsed(const void*) {}
 inline void TakeOverParsed(const void*) {}
 #endif
 
+// What the request log (request_log.h) reads of a received message without knowing its type.
+// Both wrappers below derive from it, first and alone, so that it lies at the start of the
+// object gRPC hands to interceptors as a void*; every method of the two services receives one
+// of them (parsed_service.h, service.h).
+struct ReceivedMessage {
+  uint64_t wire_bytes = 0;                           // the serialized size
+  const google::protobuf::Message* proto = nullptr;  // the message, once parsed
+};
+
 // A unary or server-streaming request, parsed into an arena: a request of many small messages
 // (a graph far over --max_graph_nodes) is freed as a few blocks instead of one delete per
 // message, which keeps refusing it cheap to the end of the call.
 template <typename T>
-struct ParsedRequest {
+struct ParsedRequest : ReceivedMessage {
   ParsedRequest() = default;
   ~ParsedRequest() { TakeOverParsed(this); }
   google::protobuf::Arena arena;
@@ -89,7 +99,7 @@ struct ParsedRequest {
 // an arena frees nothing before it dies, so it would hold every chunk until the stream ends,
 // while Clear() lets the next chunk reuse this one's buffer.
 template <typename T>
-struct ParsedStreamMessage {
+struct ParsedStreamMessage : ReceivedMessage {
   T message;
   absl::Status status;  // INVALID_ARGUMENT when the bytes did not parse as T
 };
@@ -204,6 +214,7 @@ class ParsedSerializationTraits {
     return grpc::SerializationTraits<T>::Serialize(request.message, buffer, own_buffer);
   }
   static grpc::Status Deserialize(grpc::ByteBuffer* buffer, Parsed* request) {
+    request->wire_bytes = buffer->Length();
     bool parsed = false;
     if constexpr (requires { request->lift_pool; }) {
       if (request->lift_pool != nullptr) {
@@ -213,6 +224,7 @@ class ParsedSerializationTraits {
       }
     }
     if (!parsed) request->status = opserve::ParseRequest(buffer, &request->message);
+    request->proto = &request->message;
     buffer->Clear();  // as gRPC's own protobuf traits do: the bytes are not needed any more
     opserve::PublishParsed(request);
     return grpc::Status::OK;

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/descriptor.h"
+#include "inference/grpc_service.grpc.pb.h"
 #include "opserve/v1/opserve.grpc.pb.h"
 
 namespace opserve {
@@ -33,15 +34,18 @@ EngineOptions EngineOptionsOf(const ServiceOptions& options) {
 
 std::vector<std::string> MetricRpcNames() {
   std::vector<std::string> names;
-  const google::protobuf::ServiceDescriptor* service =
-      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
-          v1::OpServe::service_full_name());
-  for (int i = 0; service != nullptr && i < service->method_count(); ++i) {
-    names.push_back(service->method(i)->name());
+  for (const char* full_name :
+       {v1::OpServe::service_full_name(), inference::GRPCInferenceService::service_full_name()}) {
+    const google::protobuf::ServiceDescriptor* service =
+        google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(full_name);
+    for (int i = 0; service != nullptr && i < service->method_count(); ++i) {
+      names.push_back(service->method(i)->name());
+    }
   }
-  names.push_back("ModelInfer");
   return names;
 }
+
+std::vector<std::string> QueuedRpcNames() { return {"Execute", "ModelInfer"}; }
 
 absl::Status CheckCallAlive(grpc::CallbackServerContext* ctx) {
   // The deadline first: gRPC also marks an expired call cancelled.

@@ -48,9 +48,12 @@ struct ServiceOptions {
 
 // The names of the RPCs whose request series exist from start-up, every code at 0, so that
 // rate() and the alert rules see a 0 rather than no series before the first request (or the
-// first error): every method of opserve.v1.OpServe, and the Open Inference Protocol's
-// ModelInfer. The protocol's other RPCs appear at their first call.
+// first error): every method of opserve.v1.OpServe and of the Open Inference Protocol, as their
+// generated descriptors list them.
 std::vector<std::string> MetricRpcNames();
+// The RPCs that wait for a device's worker (their calls are GraphCalls: Execute, ModelInfer),
+// whose queue-time series exist from start-up; no other RPC has one.
+std::vector<std::string> QueuedRpcNames();
 
 // OK while the call is alive; DEADLINE_EXCEEDED once its deadline passed, CANCELLED once the
 // client cancelled it. Checked before work starts, between nodes, and at each commit.

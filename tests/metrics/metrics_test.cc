@@ -99,7 +99,7 @@ const std::vector<std::string> kRpcs = {"PutTensor", "GetTensor",  "DeleteTensor
                                         "ListGraphs", "ModelInfer"};
 
 std::unique_ptr<Metrics> MakeMetrics(const std::string& bind = "") {
-  auto metrics = Metrics::Create(bind, "cpu", "cpu", kRpcs);
+  auto metrics = Metrics::Create(bind, "cpu", "cpu", kRpcs, kRpcs);
   EXPECT_TRUE(metrics.ok()) << metrics.status();
   return metrics.ok() ? std::move(*metrics) : nullptr;
 }
@@ -188,7 +188,7 @@ TEST(MetricsTest, KernelCountersAddUpPerOpAndAlgorithm) {
 // families show each at 0 with the device label RecordKernel uses, before any launch, and a
 // launch then adds to that same series.
 TEST(MetricsTest, DeclaredKernelSeriesExistAtZeroBeforeTheFirstLaunch) {
-  auto metrics = Metrics::Create("", "cuda:0", "cuda", kRpcs);
+  auto metrics = Metrics::Create("", "cuda:0", "cuda", kRpcs, kRpcs);
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   (*metrics)->InitKernelSeries("sum", "two_pass");
   (*metrics)->InitKernelSeries("matmul", "tiled");
@@ -211,7 +211,7 @@ TEST(MetricsTest, DeclaredKernelSeriesExistAtZeroBeforeTheFirstLaunch) {
 }
 
 TEST(MetricsTest, LaneSeriesExistAtZeroAndFollowTheirLane) {
-  auto metrics = Metrics::Create("", "cuda:0", "cuda", kRpcs);
+  auto metrics = Metrics::Create("", "cuda:0", "cuda", kRpcs, kRpcs);
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   (*metrics)->InitLanes(3);
   std::string text = (*metrics)->Scrape();
@@ -227,7 +227,7 @@ TEST(MetricsTest, LaneSeriesExistAtZeroAndFollowTheirLane) {
 }
 
 TEST(MetricsTest, GraphReplaySeriesExistAtZeroAndCountTheirResult) {
-  auto metrics = Metrics::Create("", "cuda:0", "cuda", kRpcs);
+  auto metrics = Metrics::Create("", "cuda:0", "cuda", kRpcs, kRpcs);
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   std::string text = (*metrics)->Scrape();
   EXPECT_EQ(CountSeries(text, "opserve_graph_replays_total"), 4);
@@ -339,8 +339,22 @@ TEST(MetricsTest, TransferMemoryTensorsAndInflight) {
   EXPECT_EQ(Value(text, "opserve_inflight_requests"), 2);
 }
 
+// Request series for every RPC named, queue-time series only for those that queue.
+TEST(MetricsTest, QueueSeriesOnlyForTheRpcsThatQueue) {
+  const std::vector<std::string> queued = {"Execute"};
+  auto metrics = Metrics::Create("", "cpu", "cpu", kRpcs, queued);
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  const std::string text = (*metrics)->Scrape();
+  EXPECT_EQ(CountSeries(text, "opserve_request_duration_seconds_count"),
+            static_cast<int>(kRpcs.size()));
+  EXPECT_EQ(CountSeries(text, "opserve_queue_duration_seconds_count"), 1);
+  EXPECT_EQ(Value(text, "opserve_queue_duration_seconds_count",
+                  {{"rpc", "Execute"}, {"device", "cpu"}}),
+            0);
+}
+
 TEST(MetricsTest, DeviceLabelIsTheOneGivenToCreate) {
-  auto metrics = Metrics::Create("", "cuda:0", "cuda", kRpcs);
+  auto metrics = Metrics::Create("", "cuda:0", "cuda", kRpcs, kRpcs);
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   (*metrics)->RecordKernel("transpose", "tma", 1e-6, 8, 0);
   const std::string text = (*metrics)->Scrape();
@@ -364,8 +378,8 @@ TEST(MetricsTest, LabelCardinalityIsBounded) {
   }
   const std::string text = metrics->Scrape();
   EXPECT_LE(CountSeries(text, "opserve_kernel_launches_total"), 257);
-  EXPECT_LE(CountSeries(text, "opserve_request_duration_seconds_count"), 33);
-  EXPECT_LE(CountSeries(text, "opserve_queue_duration_seconds_count"), 33);
+  EXPECT_LE(CountSeries(text, "opserve_request_duration_seconds_count"), 49);
+  EXPECT_LE(CountSeries(text, "opserve_queue_duration_seconds_count"), 49);
   EXPECT_LE(CountSeries(text, "opserve_transfer_bytes_total"), 9);
   // Nothing is lost: what does not get its own series lands in "other".
   double launches = 0;
@@ -418,7 +432,7 @@ const std::vector<std::string> kGpus = {"cuda:0", "cuda:1", "cuda:2"};
 
 std::unique_ptr<Metrics> MakeDevices(const std::vector<std::string>& devices,
                                      const std::string& bind = "") {
-  auto metrics = Metrics::Create(bind, devices, "cuda", kRpcs);
+  auto metrics = Metrics::Create(bind, devices, "cuda", kRpcs, kRpcs);
   EXPECT_TRUE(metrics.ok()) << metrics.status();
   return metrics.ok() ? std::move(*metrics) : nullptr;
 }
@@ -690,17 +704,17 @@ TEST(MultiDeviceMetricsTest, FindDeviceByName) {
 
 TEST(MultiDeviceMetricsTest, BadDeviceListsAreInvalidArgumentNamingTheCulprit) {
   const std::vector<std::string> none;
-  auto empty = Metrics::Create("", none, "cuda", kRpcs);
+  auto empty = Metrics::Create("", none, "cuda", kRpcs, kRpcs);
   EXPECT_EQ(empty.status().code(), absl::StatusCode::kInvalidArgument) << empty.status();
   auto twice =
-      Metrics::Create("", std::vector<std::string>{"cuda:0", "cuda:1", "cuda:0"}, "cuda", kRpcs);
+      Metrics::Create("", std::vector<std::string>{"cuda:0", "cuda:1", "cuda:0"}, "cuda", kRpcs, kRpcs);
   EXPECT_EQ(twice.status().code(), absl::StatusCode::kInvalidArgument) << twice.status();
   EXPECT_NE(twice.status().message().find("'cuda:0'"), std::string::npos) << twice.status();
-  auto unnamed = Metrics::Create("", std::vector<std::string>{"cpu:0", ""}, "cpu", kRpcs);
+  auto unnamed = Metrics::Create("", std::vector<std::string>{"cpu:0", ""}, "cpu", kRpcs, kRpcs);
   EXPECT_EQ(unnamed.status().code(), absl::StatusCode::kInvalidArgument) << unnamed.status();
   EXPECT_NE(unnamed.status().message().find("device 1"), std::string::npos) << unnamed.status();
   // The one-device form keeps its old meaning for an empty name.
-  auto unknown = Metrics::Create("", std::string(), "cpu", kRpcs);
+  auto unknown = Metrics::Create("", std::string(), "cpu", kRpcs, kRpcs);
   ASSERT_TRUE(unknown.ok()) << unknown.status();
   EXPECT_EQ(Value((*unknown)->Scrape(), "opserve_tensors", {{"device", "unknown"}}), 0);
 }
@@ -820,7 +834,7 @@ TEST(MetricsExposerTest, TakenPortIsAStatusNotAnException) {
   ASSERT_EQ(listen(fd, 1), 0);
   socklen_t len = sizeof(addr);
   getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  auto metrics = Metrics::Create("127.0.0.1:" + std::to_string(ntohs(addr.sin_port)), "cpu", "cpu", kRpcs);
+  auto metrics = Metrics::Create("127.0.0.1:" + std::to_string(ntohs(addr.sin_port)), "cpu", "cpu", kRpcs, kRpcs);
   close(fd);
   EXPECT_FALSE(metrics.ok());
   EXPECT_EQ(metrics.status().code(), absl::StatusCode::kUnavailable) << metrics.status();

@@ -1,11 +1,13 @@
 // The RPC names the edge gives the metrics at start-up (server_core.h): every method of
-// opserve.v1.OpServe, as the proto file declares them, and ModelInfer, each once.
+// opserve.v1.OpServe and of the Open Inference Protocol, as the proto files declare them, each
+// once; and the RPCs that queue, which are among them.
 #include <gtest/gtest.h>
 
 #include <set>
 #include <string>
 
 #include "google/protobuf/descriptor.h"
+#include "inference/grpc_service.pb.h"
 #include "opserve/v1/opserve.pb.h"
 #include "server/rpc/replica_identity.h"
 #include "server/rpc/server_core.h"
@@ -13,19 +15,24 @@
 namespace opserve {
 namespace {
 
-TEST(ServerCoreTest, MetricRpcNamesAreEveryOpServeMethodAndModelInfer) {
+TEST(ServerCoreTest, MetricRpcNamesAreEveryMethodOfBothServices) {
   const std::vector<std::string> names = MetricRpcNames();
   const std::set<std::string> unique(names.begin(), names.end());
   EXPECT_EQ(unique.size(), names.size()) << "a name twice";
-  const google::protobuf::ServiceDescriptor* service =
-      v1::ExecuteRequest::descriptor()->file()->FindServiceByName("OpServe");
-  ASSERT_NE(service, nullptr);
-  ASSERT_GT(service->method_count(), 0);
-  for (int i = 0; i < service->method_count(); ++i) {
-    EXPECT_EQ(unique.count(service->method(i)->name()), 1u) << service->method(i)->name();
+  size_t methods = 0;
+  for (const google::protobuf::ServiceDescriptor* service :
+       {v1::ExecuteRequest::descriptor()->file()->FindServiceByName("OpServe"),
+        inference::ModelInferRequest::descriptor()->file()->FindServiceByName(
+            "GRPCInferenceService")}) {
+    ASSERT_NE(service, nullptr);
+    ASSERT_GT(service->method_count(), 0);
+    for (int i = 0; i < service->method_count(); ++i) {
+      EXPECT_EQ(unique.count(service->method(i)->name()), 1u) << service->method(i)->name();
+    }
+    methods += service->method_count();
   }
-  EXPECT_EQ(unique.count("ModelInfer"), 1u);
-  EXPECT_EQ(names.size(), static_cast<size_t>(service->method_count()) + 1);
+  EXPECT_EQ(names.size(), methods);
+  for (const std::string& queued : QueuedRpcNames()) EXPECT_EQ(unique.count(queued), 1u) << queued;
 }
 
 // The record of sessions that stored on a replica keeps the most recently seen ones: a lookup
