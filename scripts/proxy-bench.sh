@@ -52,7 +52,7 @@ trap cleanup EXIT
 ports=()
 for i in 0 1; do
   ports[i]=$(free_port)
-  "$server" --host=127.0.0.1 --port="${ports[i]}" --metrics_port=-1 --device="${devices[i]}" \
+  "$server" --host=127.0.0.1 --port="${ports[i]}" --metrics_port=-1 --http_port=-1 --device="${devices[i]}" \
     --replica_name="replica-$i" >"$logs/replica-$i.log" 2>&1 &
   pids+=($!)
 done

@@ -647,8 +647,10 @@ int Run() {
   grpc::ServerBuilder builder;
   ReplicaIdentity replica;
   {
+    // One list: each SetInterceptorCreators call replaces the previous one's.
     std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
     interceptors.push_back(replica.InterceptorFactory());
+    if (absl::GetFlag(FLAGS_log_requests)) interceptors.push_back(MakeRequestLog(options.tokens));
     builder.experimental().SetInterceptorCreators(std::move(interceptors));
   }
   int port = 0;
@@ -666,11 +668,6 @@ int Run() {
   builder.SetMaxSendMessageSize(max_message);
   builder.RegisterService(&service);
   builder.RegisterService(&inference);
-  if (absl::GetFlag(FLAGS_log_requests)) {
-    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> logs;
-    logs.push_back(MakeRequestLog(options.tokens));
-    builder.experimental().SetInterceptorCreators(std::move(logs));
-  }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {
     std::cerr << "opserve: cannot listen on " << absl::GetFlag(FLAGS_host) << ":"

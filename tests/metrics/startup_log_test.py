@@ -43,7 +43,7 @@ CODES = 17
 
 def start(procs, binary, work, name, extra):
     path = os.path.join(work, f"{name}.log")
-    procs.start(name, [binary, "--host=127.0.0.1", "--port=0", "--metrics_port=0", "--device=cpu",
+    procs.start(name, [binary, "--host=127.0.0.1", "--port=0", "--metrics_port=0", "--http_port=-1", "--device=cpu",
                        *extra], path)
     ports = {}
 
@@ -139,7 +139,10 @@ def main():
         auth = [("authorization", f"Bearer {TOKEN}")]
         header = pb.PutTensorHeader(name="t", dtype=pb.FLOAT32, shape=[len(DATA) // 4])
         put = [pb.PutTensorRequest(header=header), pb.PutTensorRequest(chunk=DATA)]
-        stub.PutTensor(iter(put), metadata=auth, timeout=30)
+        _, put_call = stub.PutTensor.with_call(iter(put), metadata=auth, timeout=30)
+        # The request log is one interceptor of several: the others still run beside it.
+        if not any(k == "x-opserve-replica" for k, _ in put_call.initial_metadata()):
+            raise Failure("with --log_requests the answers lost their x-opserve-replica header")
         got = b"".join(r.chunk for r in stub.GetTensor(pb.GetTensorRequest(name="t"),
                                                        metadata=auth, timeout=30))
         if got != DATA:
