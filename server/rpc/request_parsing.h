@@ -61,19 +61,11 @@ inline void PublishParsed(const void*) {}
 inline void TakeOverParsed(const void*) {}
 #endif
 
-// A unary or server-streaming request, parsed into an arena: a request of many small messages
-// (a graph far over --max_graph_nodes) is freed as a few blocks instead of one delete per
-// message, which keeps refusing it cheap to the end of the call.
-template <typename T>
-struct ParsedRequest {
-  ParsedRequest() = default;
-  ~ParsedRequest() { TakeOverParsed(this); }
-  google::protobuf::Arena arena;
-  T& message = *google::protobuf::Arena::CreateMessage<T>(&arena);
-  absl::Status status;  // INVALID_ARGUMENT when the bytes did not parse as T
-  // Set before the parse by the method's LiftingAllocator (parsed_service.h): the large `bytes`
-  // fields at `lift_path` go into blocks of `lift_pool` (lifted_parse.h), listed in `lifted`;
-  // the message keeps them empty.
+// What a parsed request's large `bytes` fields became: set before the parse by the method's
+// LiftingAllocator (parsed_service.h) or a stream's reader (graph_stream.h), the fields at
+// `lift_path` go into blocks of `lift_pool` (lifted_parse.h), listed in `lifted`; the message
+// keeps them empty. ParsedRequest's first and only base, so that `this` is the request's address.
+struct ParsedLifts {
   ReceivePool* lift_pool = nullptr;
   const LiftPath* lift_path = nullptr;
   // Mutable: the call gives the blocks back as soon as the device is done with them
@@ -83,6 +75,18 @@ struct ParsedRequest {
     lifted.clear();
     PublishParsed(this);  // to the destructor, on a gRPC thread (see PublishParsed)
   }
+};
+
+// A unary or server-streaming request (or one message of a graph stream), parsed into an arena:
+// a request of many small messages (a graph far over --max_graph_nodes) is freed as a few blocks
+// instead of one delete per message, which keeps refusing it cheap to the end of the call.
+template <typename T>
+struct ParsedRequest : ParsedLifts {
+  ParsedRequest() = default;
+  ~ParsedRequest() { TakeOverParsed(this); }
+  google::protobuf::Arena arena;
+  T& message = *google::protobuf::Arena::CreateMessage<T>(&arena);
+  absl::Status status;  // INVALID_ARGUMENT when the bytes did not parse as T
 };
 
 // One message of a client stream, read again and again into the same storage. Not on an arena:

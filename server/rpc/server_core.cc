@@ -40,6 +40,7 @@ std::vector<std::string> MetricRpcNames() {
     names.push_back(service->method(i)->name());
   }
   names.push_back("ModelInfer");
+  names.push_back("ModelStreamInfer");
   return names;
 }
 

@@ -42,6 +42,10 @@ class OpServeService final
   grpc::ServerUnaryReactor* Execute(grpc::CallbackServerContext* ctx,
                                     const ParsedRequest<v1::ExecuteRequest>* req,
                                     v1::ExecuteResponse* resp);
+  // Not the generated ExecuteStream(ctx) (which nothing calls) either: each message of the stream is parsed as a unary
+  // request is (ParsedRequest), and one that does not parse is answered on the stream.
+  grpc::ServerBidiReactor<ParsedRequest<v1::ExecuteStreamRequest>, v1::ExecuteStreamResponse>*
+  StartExecuteStream(grpc::CallbackServerContext* ctx);
   grpc::ServerUnaryReactor* ListOps(grpc::CallbackServerContext* ctx,
                                     const v1::ListOpsRequest* req,
                                     v1::ListOpsResponse* resp) override;
@@ -88,6 +92,11 @@ class OpServeService final
               return new FinishedWriteReactor<v1::GetTensorResponse>(
                   ToGrpcStatus(RefuseUnparsed(ctx, "GetTensor", req->status)));
             }));
+    MarkMethodCallback(
+        MethodIndex("ExecuteStream"),
+        new grpc::internal::CallbackBidiHandler<ParsedRequest<v1::ExecuteStreamRequest>,
+                                                v1::ExecuteStreamResponse>(
+            [this](grpc::CallbackServerContext* ctx) { return StartExecuteStream(ctx); }));
     // Each message of the stream is checked by the reactor as it arrives.
     MarkMethodCallback(
         MethodIndex("PutTensor"),

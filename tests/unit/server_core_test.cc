@@ -12,7 +12,7 @@
 namespace opserve {
 namespace {
 
-TEST(ServerCoreTest, MetricRpcNamesAreEveryOpServeMethodAndModelInfer) {
+TEST(ServerCoreTest, MetricRpcNamesAreEveryOpServeMethodAndModelInfers) {
   const std::vector<std::string> names = MetricRpcNames();
   const std::set<std::string> unique(names.begin(), names.end());
   EXPECT_EQ(unique.size(), names.size()) << "a name twice";
@@ -24,7 +24,8 @@ TEST(ServerCoreTest, MetricRpcNamesAreEveryOpServeMethodAndModelInfer) {
     EXPECT_EQ(unique.count(service->method(i)->name()), 1u) << service->method(i)->name();
   }
   EXPECT_EQ(unique.count("ModelInfer"), 1u);
-  EXPECT_EQ(names.size(), static_cast<size_t>(service->method_count()) + 1);
+  EXPECT_EQ(unique.count("ModelStreamInfer"), 1u);
+  EXPECT_EQ(names.size(), static_cast<size_t>(service->method_count()) + 2);
 }
 
 }  // namespace
