@@ -9,6 +9,7 @@
 #include "bench/concurrency_bench.h"
 #include "bench/kserve_bench.h"
 #include "bench/replay_bench.h"
+#include "bench/stream_bench.h"
 
 namespace opserve::bench {
 
@@ -71,6 +72,7 @@ struct Report {
   ConcurrencyFigures load;  // the service under concurrent load (concurrency_bench.h)
   ReplayFigures replay;     // CUDA-graph replay of the demo graph (replay_bench.h)
   KServeFigures kserve;     // the Open Inference Protocol's transfers (kserve_bench.h)
+  StreamFigures stream;     // pipelined requests against the unary floor (stream_bench.h)
   std::vector<TargetCheck> targets;
 };
 
