@@ -53,16 +53,23 @@ absl::Status DriveExecuteStream(Client& client, const v1::ExecuteRequest& reques
   for (int i = 0; i < inflight; ++i) ids.push_back(absl::StrCat(i));
   for (;;) {
     int slot;
+    bool another = false;
     {
       std::unique_lock lock(mu);
       room.wait(lock, [&] { return !free_slots.empty() || reader_done; });
       if (reader_done || !more()) break;
       slot = free_slots.back();
       free_slots.pop_back();
+      another = !free_slots.empty();
       sent[slot] = Clock::now();
     }
     message.set_id(ids[slot]);
-    if (!stream->Write(message)) break;
+    // With another slot free, the next request (or WritesDone) follows at once: this one may
+    // wait in gRPC's buffer for it, and both leave in one write.
+    if (!stream->Write(message,
+                       another ? grpc::WriteOptions().set_buffer_hint() : grpc::WriteOptions())) {
+      break;
+    }
   }
   stream->WritesDone();
   reader.join();

@@ -176,6 +176,7 @@ class GraphStream final
   void OnWriteDone(bool ok) override {
     std::vector<Item*> gone;
     Item* next = nullptr;
+    bool more_behind = false;
     {
       std::lock_guard lock(mu_);
       gone.push_back(ready_.front());
@@ -189,12 +190,20 @@ class GraphStream final
       }
       if (!ready_.empty()) {
         next = ready_.front();
+        more_behind = ready_.size() > 1;
       } else {
         writing_ = false;
       }
     }
     for (Item* i : gone) Free(i);
-    if (next != nullptr) this->StartWrite(&next->out);
+    // With another answer queued behind it, this one may wait in gRPC's buffer for that one's
+    // write (buffer_hint): answers that complete together leave in fewer frames and syscalls.
+    // The last answer queued is always written without it, so nothing waits for a write that
+    // never comes.
+    if (next != nullptr) {
+      this->StartWrite(&next->out,
+                       more_behind ? grpc::WriteOptions().set_buffer_hint() : grpc::WriteOptions());
+    }
     ReadIfRoom(/*after_read=*/false);
   }
 
