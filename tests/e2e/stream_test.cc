@@ -196,6 +196,18 @@ TEST_F(StreamTest, AFailingRequestIsAnsweredAloneAndTheStreamStaysOpen) {
       << by_id["bad-shape"].status().message();
 }
 
+// A message that does not parse is answered on the stream (INVALID_ARGUMENT, as a unary call's
+// would be), and the stream goes on.
+TEST_F(StreamTest, AMessageThatDoesNotParseIsAnsweredOnTheStream) {
+  const std::string good = RowMeanRequest("good", RandomFloats({2, 3}, rng_)).SerializeAsString();
+  const RawResult r =
+      RawCall(server().target(), "ExecuteStream", {good, std::string("\x0a\xff\xff", 3), good});
+  EXPECT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.responses, 3);
+  EXPECT_EQ(Metric("opserve_requests_total{code=\"INVALID_ARGUMENT\",rpc=\"ExecuteStream\"}"), 1);
+  EXPECT_EQ(Metric("opserve_requests_total{code=\"OK\",rpc=\"ExecuteStream\"}"), 2);
+}
+
 // The client writes every request before reading any answer, and each answer is 1 MiB: the
 // server's writes wait for the client, its window fills and it stops reading, then drains it
 // all once the client reads.
