@@ -1,7 +1,8 @@
 // The gRPC handlers of opserve.v1.OpServe (callback API), on the core it shares with the Open
 // Inference Protocol (server_core.h). Handlers are thin: Execute converts the request
-// (convert.h) and hands it to the engine, whose lanes finish the call (execute_call.cc); the
-// others answer on the gRPC thread or through the transfer reactors.
+// (convert.h) and hands it to the engine, whose lanes finish the call (execute_call.cc), and
+// ExecuteStream does the same for each request of its stream (graph_stream.h); the others answer
+// on the gRPC thread or through the transfer reactors.
 #pragma once
 
 #include <string>
