@@ -10,6 +10,7 @@
 #include "bench/http_bench.h"
 #include "bench/kserve_bench.h"
 #include "bench/replay_bench.h"
+#include "bench/stream_bench.h"
 
 namespace opserve::bench {
 
@@ -73,6 +74,7 @@ struct Report {
   ReplayFigures replay;     // CUDA-graph replay of the demo graph (replay_bench.h)
   KServeFigures kserve;     // the Open Inference Protocol's transfers (kserve_bench.h)
   HttpFigures http;         // the protocol over HTTP/REST against gRPC (http_bench.h)
+  StreamFigures stream;     // pipelined requests against the unary floor (stream_bench.h)
   std::vector<TargetCheck> targets;
 };
 

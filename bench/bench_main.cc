@@ -4,7 +4,7 @@
 // segmented reduce, and cuBLAS SGEMM (pedantic FP32), TF32 and BF16. Optionally the service path
 // over loopback gRPC (--ops=...,service). A benchmark, not a test.
 //
-//   opserve-bench [--ops=OP,...,fusion,service,load,replay,kserve,cublas_handles] [--quick]
+//   opserve-bench [--ops=OP,...,fusion,service,load,replay,kserve,stream,cublas_handles] [--quick]
 //                 [--out=DIR]
 //                 [--reps=N] [--algos=a,b,auto] [--shapes=LABEL,...] [--opserve=PATH]
 //
@@ -39,6 +39,7 @@
 #if OPSERVE_BENCH_SERVICE
 #include "bench/replay_bench.h"
 #include "bench/service_bench.h"
+#include "bench/stream_bench.h"
 #endif
 
 namespace opserve::bench {
@@ -183,7 +184,7 @@ Options ParseArgs(int argc, char** argv) {
       NodeFlags().push_back(a);
     } else if (a == "--help" || a == "-h") {
       std::printf(
-          "opserve-bench [--ops=OP,...,fusion,service,load,replay,kserve,http,cublas_handles\n"
+          "opserve-bench [--ops=OP,...,fusion,service,load,replay,kserve,http,stream,cublas_handles\n"
           "               (OP: any op of the table; default: every op, fusion, service)]\n"
           "              [--service]\n"
           "              [--load_lanes=1,2,4] [--load_conc=1,16,64]\n"
@@ -267,9 +268,11 @@ int main(int argc, char** argv) {
   const bool load_only = opt.ops.size() == 1 && opt.ops.count("load");
   // --ops=http: the HTTP/REST section alone; on the CPU backend without a GPU.
   const bool http_only = opt.ops.size() == 1 && opt.ops.count("http");
+  // --ops=stream: ExecuteStream against the unary floor alone (stream_bench.h), CPU or GPU.
+  const bool stream_only = opt.ops.size() == 1 && opt.ops.count("stream");
   const bool service_only =
       (opt.ops.size() == 1 && opt.ops.count("service") && !opt.transpose_sweep) || load_only ||
-      http_only;
+      http_only || stream_only;
   // --ops=kserve: the Open Inference Protocol section alone (it needs the GPU).
   const bool kserve_only = opt.ops.size() == 1 && opt.ops.count("kserve");
   // --ops=replay: the CUDA-graph replay section alone (it needs the GPU).
@@ -315,7 +318,8 @@ int main(int argc, char** argv) {
     rep.stream_gbps = r.stream_gbps;
     rep.floor_us = r.floor_us;
   }
-  if (opt.ops.count("service") || kserve_only || load_only || replay_only || http_only) {
+  if (opt.ops.count("service") || kserve_only || load_only || replay_only || http_only ||
+      opt.ops.count("stream")) {
 #if OPSERVE_BENCH_SERVICE
     ServiceOptions so;
     so.opserve_bin = opt.opserve_bin;
@@ -328,13 +332,24 @@ int main(int argc, char** argv) {
       const std::string beside = SelfDir() + "/opserve";
       so.opserve_bin = access(beside.c_str(), X_OK) == 0 ? beside : OPSERVE_BIN_DEFAULT;
     }
-    if (!kserve_only && !load_only && !replay_only && !http_only) {
+    if (opt.ops.count("stream")) {
+      StreamBenchOptions sto;
+      sto.opserve_bin = so.opserve_bin;
+      sto.server_args = so.server_args;
+      if (opt.load_seconds > 0) sto.seconds = opt.load_seconds;
+      if (opt.load_rounds > 0) sto.rounds = opt.load_rounds;
+      std::printf("pipelined requests: ExecuteStream row_mean 10x2048 vs unary Health/Check\n");
+      std::fflush(stdout);
+      rep.stream = RunStreamBench(sto);
+      PrintStream(rep.stream);
+    }
+    if (!kserve_only && !load_only && !replay_only && !http_only && !stream_only) {
       std::printf("service path over loopback gRPC (%s, chunk %lld bytes; 0: the client default)\n",
                   so.opserve_bin.c_str(), static_cast<long long>(so.chunk_bytes));
       std::fflush(stdout);
       rep.service = RunServiceBench(so);
     }
-    if (!kserve_only && !replay_only && !http_only) {
+    if (!kserve_only && !replay_only && !http_only && !stream_only) {
       ConcurrencyOptions co;
       co.opserve_bin = so.opserve_bin;
       co.server_args = so.server_args;
@@ -352,14 +367,14 @@ int main(int argc, char** argv) {
       rep.load = RunConcurrencyBench(co);
       PrintConcurrency(rep.load, opt.out_dir.empty() ? "" : opt.out_dir + "/load.csv");
     }
-    if (have_gpu && !kserve_only && !load_only && !http_only) {
+    if (have_gpu && !kserve_only && !load_only && !http_only && !stream_only) {
       ReplayOptions ro;
       ro.opserve_bin = so.opserve_bin;
       ro.server_args = so.server_args;
       rep.replay = RunReplayBench(ro);
       PrintReplay(rep.replay);
     }
-    if (have_gpu && !load_only && !replay_only && !http_only) {
+    if (have_gpu && !load_only && !replay_only && !http_only && !stream_only) {
       KServeOptions ko;
       ko.opserve_bin = so.opserve_bin;
       ko.server_args = so.server_args;
@@ -384,6 +399,7 @@ int main(int argc, char** argv) {
   AddReplayTargets(rep.replay, rep);
   AddKServeTargets(rep.kserve, rep);
   AddHttpTargets(rep.http, rep);
+  AddStreamTargets(rep.stream, rep);
   PrintReport(rep);
   // A sweep run writes only its own transpose_sweep.csv.
   if (!opt.out_dir.empty() && !opt.transpose_sweep && !WriteReport(rep, opt.out_dir)) return 1;

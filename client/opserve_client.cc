@@ -511,4 +511,10 @@ absl::StatusOr<v1::ExecuteResponse> Client::Execute(const v1::ExecuteRequest& re
   return response;
 }
 
+std::unique_ptr<grpc::ClientReaderWriter<v1::ExecuteStreamRequest, v1::ExecuteStreamResponse>>
+Client::ExecuteStream(grpc::ClientContext* context, const CallOptions& call) {
+  Prepare(context, call);
+  return stub_->ExecuteStream(context);
+}
+
 }  // namespace opserve::client

@@ -134,6 +134,11 @@ class Client {
       const CallOptions& call = {});
 
   const ClientOptions& options() const { return options_; }
+  // An ExecuteStream (opserve.v1's pipelined Execute), its context prepared as every call's is
+  // (deadline, token, session). DriveExecuteStream (execute_stream.h) keeps one busy.
+  std::unique_ptr<grpc::ClientReaderWriter<v1::ExecuteStreamRequest, v1::ExecuteStreamResponse>>
+  ExecuteStream(grpc::ClientContext* context, const CallOptions& call = {});
+
   // The channel every call above goes through.
   const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
 

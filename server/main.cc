@@ -88,6 +88,10 @@ ABSL_FLAG(int, max_batch_size, 1,
           "algorithms) that run as one launch when they wait for the device together: 1 to 64 "
           "(1: every call runs alone); only calls whose nodes move at most 1 MiB batch, and "
           "calls that store outputs or write to shared memory always run alone");
+ABSL_FLAG(int, stream_window, 16,
+          "most requests of one ExecuteStream or ModelStreamInfer stream running or waiting to "
+          "be written at once; the server reads no further request of that stream until one is "
+          "answered (at least 1)");
 ABSL_FLAG(uint64_t, max_message_bytes, 256ull << 20, "largest gRPC message, either direction");
 ABSL_FLAG(std::string, trace_requests, "",
           "write each Execute and ModelInfer call's timeline (the moment it passed each stage, "
@@ -395,6 +399,7 @@ absl::StatusOr<ServiceOptions> ServiceOptionsFromFlags(uint64_t budget) {
   };
   for (const AtLeast& f : {AtLeast{"--max_inflight", absl::GetFlag(FLAGS_max_inflight), 1},
                            AtLeast{"--max_graph_nodes", absl::GetFlag(FLAGS_max_graph_nodes), 1},
+                           AtLeast{"--stream_window", absl::GetFlag(FLAGS_stream_window), 1},
                            AtLeast{"--shutdown_grace_seconds",
                                    absl::GetFlag(FLAGS_shutdown_grace_seconds), 0},
                            AtLeast{"--max_message_bytes",
@@ -413,6 +418,7 @@ absl::StatusOr<ServiceOptions> ServiceOptionsFromFlags(uint64_t budget) {
   }
   ServiceOptions options;
   options.max_batch_size = max_batch;
+  options.stream_window = absl::GetFlag(FLAGS_stream_window);
   options.limits.max_tensor_bytes =
       absl::GetFlag(FLAGS_max_tensor_bytes) ? absl::GetFlag(FLAGS_max_tensor_bytes) : budget;
   options.limits.max_graph_nodes = absl::GetFlag(FLAGS_max_graph_nodes);

@@ -23,6 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "client/cli/format.h"
+#include "client/execute_stream.h"
 #include "client/graph_json.h"
 
 namespace opserve::cli {
@@ -35,7 +36,10 @@ const char kBenchUsage[] = R"(bench flags (opserve-cli bench, in the manner of p
   --inputs=inline|stored      inline (default): the inputs travel in every request; stored:
                               they are uploaded once and referenced, then deleted
   --concurrency=N|A:B[:S]     requests in flight: one level, or a sweep from A to B by S
-                              (default 1, at most 256)
+                              (default 1, at most 256); with --stream, streams
+  --stream [--inflight=K]     send over ExecuteStream instead of unary Execute: each of the
+                              --concurrency callers keeps one stream with K requests in flight
+                              (default 4, at most 256), so N streams carry N x K requests
   --duration_s=S              seconds per level (default 5 when --requests is not given)
   --requests=N                requests per level (the level still ends after 600 s)
   --warmup=N                  requests per caller before each level's clock starts (default 2)
@@ -276,8 +280,28 @@ double Percentile(const std::vector<double>& sorted, double p) {
   return sorted[std::clamp<size_t>(rank, 1, sorted.size()) - 1];
 }
 
+// Tallies one answer of the level.
+void Tally(CallerTally& tally, double latency_us, uint64_t request_bytes,
+           const v1::ExecuteResponse& response) {
+  tally.latency_us.push_back(latency_us);
+  tally.request_bytes += request_bytes;
+  tally.response_bytes += response.ByteSizeLong();
+  tally.compute_us += response.timing().compute_us();
+  tally.queue_us += response.timing().queue_us();
+  tally.total_us += response.timing().total_us();
+}
+
+void TallyError(CallerTally& tally, std::atomic<int64_t>& errors, const absl::Status& s) {
+  ++tally.errors;
+  errors.fetch_add(1);
+  if (tally.first_error.empty()) {
+    tally.first_error = absl::StrCat(absl::StatusCodeToString(s.code()), ": ", s.message());
+  }
+}
+
+// `inflight` > 0: each caller keeps one ExecuteStream with that many requests in flight.
 LevelResult RunLevel(client::Client& client, const v1::ExecuteRequest& request, int concurrency,
-                     double seconds, int64_t max_requests, int warmup,
+                     int inflight, double seconds, int64_t max_requests, int warmup,
                      const client::CallOptions& call) {
   const uint64_t request_bytes = request.ByteSizeLong();
   const int64_t samples_per_caller = std::max<int64_t>(1, kMaxLevelSamples / concurrency);
@@ -300,29 +324,42 @@ LevelResult RunLevel(client::Client& client, const v1::ExecuteRequest& request, 
       const v1::ExecuteRequest mine = request;
       for (int i = 0; i < warmup; ++i) (void)client.Execute(mine, call);
       sync.arrive_and_wait();
-      while (Clock::now() < deadline && tickets.fetch_add(1) < max_requests &&
-             errors.load() < kMaxLevelErrors &&
-             static_cast<int64_t>(tally.latency_us.size()) < samples_per_caller) {
+      // Answers kept: on a stream the reading thread adds them while the writing one asks.
+      std::atomic<int64_t> kept{0};
+      const auto more = [&] {
+        return Clock::now() < deadline && tickets.fetch_add(1) < max_requests &&
+               errors.load() < kMaxLevelErrors && kept.load() < samples_per_caller;
+      };
+      if (inflight > 0) {
+        // The reader thread alone touches the tally until the stream is over.
+        const absl::Status s = client::DriveExecuteStream(
+            client, mine, inflight, more, [&](const client::StreamAnswer& a) {
+              tally.last_answer = Clock::now();
+              if (a.response.has_status()) {
+                TallyError(tally, errors,
+                           absl::Status(static_cast<absl::StatusCode>(a.response.status().code()),
+                                        a.response.status().message()));
+                return;
+              }
+              Tally(tally, a.latency_us, request_bytes + a.response.id().size(),
+                    a.response.response());
+              kept.fetch_add(1);
+            }, call);
+        if (!s.ok()) TallyError(tally, errors, s);
+        return;
+      }
+      while (more()) {
         const Clock::time_point sent = Clock::now();
         absl::StatusOr<v1::ExecuteResponse> response = client.Execute(mine, call);
         const Clock::time_point answered = Clock::now();
         tally.last_answer = answered;
         if (!response.ok()) {
-          ++tally.errors;
-          errors.fetch_add(1);
-          if (tally.first_error.empty()) {
-            tally.first_error = absl::StrCat(absl::StatusCodeToString(response.status().code()),
-                                             ": ", response.status().message());
-          }
+          TallyError(tally, errors, response.status());
           continue;
         }
-        tally.latency_us.push_back(
-            std::chrono::duration<double, std::micro>(answered - sent).count());
-        tally.request_bytes += request_bytes;
-        tally.response_bytes += response->ByteSizeLong();
-        tally.compute_us += response->timing().compute_us();
-        tally.queue_us += response->timing().queue_us();
-        tally.total_us += response->timing().total_us();
+        Tally(tally, std::chrono::duration<double, std::micro>(answered - sent).count(),
+              request_bytes, *response);
+        kept.fetch_add(1);
       }
     });
   }
@@ -455,14 +492,15 @@ int RunTransferBench(client::Client& c, uint64_t bytes, int repeat, std::ostream
 bool IsBenchFlag(absl::string_view name, bool* takes_value) {
   static const char* const kWithValue[] = {"graph",      "op",       "shape",  "dtype",
                                            "algorithm",  "inputs",   "warmup", "concurrency",
-                                           "duration_s", "requests", "bytes",  "repeat"};
+                                           "duration_s", "requests", "bytes",  "repeat",
+                                           "inflight"};
   for (const char* flag : kWithValue) {
     if (name == flag) {
       *takes_value = true;
       return true;
     }
   }
-  if (name == "allow_remote") {
+  if (name == "allow_remote" || name == "stream") {
     *takes_value = false;
     return true;
   }
@@ -538,6 +576,12 @@ absl::Status SetBenchFlag(absl::string_view name, absl::string_view value, Bench
     o->transfer_repeat = static_cast<int>(*n);
   } else if (name == "allow_remote") {
     o->allow_remote = true;
+  } else if (name == "stream") {
+    o->stream = true;
+  } else if (name == "inflight") {
+    absl::StatusOr<int64_t> n = PositiveInt(name, value, kMaxBenchConcurrency);
+    if (!n.ok()) return n.status();
+    o->inflight = static_cast<int>(*n);
   } else {
     return absl::InvalidArgumentError(absl::StrCat("unknown bench flag --", name));
   }
@@ -609,8 +653,11 @@ int RunBench(client::Client& client, const BenchOptions& o, bool json, std::ostr
   // The columns are therefore as wide as their headers, not as their widest cell.
   if (!json) {
     out << absl::StrFormat(
-        "bench %s, inputs %s, %s per level, target %s\n", label,
+        "bench %s, inputs %s,%s %s per level, target %s\n", label,
         o.stored_inputs ? "stored" : "inline",
+        o.stream ? absl::StrCat(" ExecuteStream (concurrency: streams, each with ", o.inflight,
+                                " requests in flight),")
+                 : "",
         o.requests ? absl::StrCat(*o.requests, " requests") : absl::StrCat(seconds, " s"),
         client.options().target);
     out << table.HeaderLine(kMinColumnWidth) << std::flush;
@@ -618,17 +665,19 @@ int RunBench(client::Client& client, const BenchOptions& o, bool json, std::ostr
     // The object's fields before its levels, the levels as they come, "]}" after the last.
     out << absl::StrFormat(
                "{\"graph\": %s, \"inputs\": \"%s\", \"target\": %s, \"duration_s\": %s, "
-               "\"requests\": %s, \"warmup\": %d, \"levels\": [",
+               "\"requests\": %s, \"warmup\": %d, \"stream_inflight\": %s, \"levels\": [",
                JsonQuote(label), o.stored_inputs ? "stored" : "inline",
                JsonQuote(client.options().target),
                o.duration_s ? absl::StrCat(*o.duration_s)
                             : (o.requests ? "null" : absl::StrCat(seconds)),
-               o.requests ? absl::StrCat(*o.requests) : "null", o.warmup_requests)
+               o.requests ? absl::StrCat(*o.requests) : "null", o.warmup_requests,
+               o.stream ? absl::StrCat(o.inflight) : "null")
         << std::flush;
   }
   for (int concurrency : Levels(o)) {
     LevelResult r =
-        RunLevel(client, *request, concurrency, seconds, max_requests, o.warmup_requests, call);
+        RunLevel(client, *request, concurrency, o.stream ? o.inflight : 0, seconds, max_requests,
+                 o.warmup_requests, call);
     if (!json) {
       out << table.RowLine(
                  {absl::StrCat(r.concurrency), absl::StrCat(r.requests), absl::StrCat(r.errors),

@@ -39,6 +39,9 @@ struct BenchOptions {
   int warmup_requests = 2;           // --warmup: per caller, before the level's clock starts
   bool stored_inputs = false;        // --inputs=stored: upload inputs once, reference them
   bool allow_remote = false;         // --allow_remote: a target other than loopback
+  // --stream: each caller keeps one ExecuteStream with `inflight` requests in flight.
+  bool stream = false;
+  int inflight = 4;  // --inflight
   // The transfer measurement.
   std::optional<uint64_t> transfer_bytes;  // --bytes
   int transfer_repeat = 3;                 // --repeat

@@ -6,6 +6,7 @@
 #include "server/engine/metrics.h"
 
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
@@ -379,6 +380,9 @@ struct Metrics::Impl {
   prometheus::Gauge* receive_in_use = nullptr;
   prometheus::Gauge* receive_idle = nullptr;
   prometheus::Gauge* inflight = nullptr;
+  prometheus::Gauge* stream_peak = nullptr;
+  prometheus::Counter* stream_window_full = nullptr;
+  std::atomic<int64_t> stream_peak_value{0};
 
   // Caches of lazily made children. The pointers stay valid: families never drop children.
   std::mutex mu;
@@ -427,6 +431,19 @@ void Metrics::Impl::Build(const std::string& backend, std::span<const std::strin
                   .Help("RPCs being handled now.")
                   .Register(*registry)
                   .Add({});
+  stream_peak = &prometheus::BuildGauge()
+                     .Name("opserve_stream_unanswered_peak")
+                     .Help("The most requests one ExecuteStream or ModelStreamInfer stream has "
+                           "had read and not yet answered at once, since start-up: at most "
+                           "--stream_window.")
+                     .Register(*registry)
+                     .Add({});
+  stream_window_full = &prometheus::BuildCounter()
+                            .Name("opserve_stream_window_full_total")
+                            .Help("Times a stream stopped reading because --stream_window of its "
+                                  "requests were unanswered (backpressure).")
+                            .Register(*registry)
+                            .Add({});
   prometheus::BuildGauge()
       .Name("opserve_build_info")
       .Help("Always 1; the labels tell the version and the backend.")
@@ -616,6 +633,15 @@ void Metrics::AddInflight(int64_t delta) {
     impl_->inflight->Decrement(-static_cast<double>(delta));
   }
 }
+
+void Metrics::RecordStreamUnanswered(int64_t unanswered) {
+  int64_t peak = impl_->stream_peak_value.load(std::memory_order_relaxed);
+  while (unanswered > peak && !impl_->stream_peak_value.compare_exchange_weak(peak, unanswered)) {
+  }
+  if (unanswered > peak) impl_->stream_peak->Set(static_cast<double>(unanswered));
+}
+
+void Metrics::RecordStreamWindowFull() { impl_->stream_window_full->Increment(); }
 
 std::string Metrics::Scrape() const {
   return prometheus::TextSerializer().Serialize(impl_->registry->Collect());

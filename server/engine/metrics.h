@@ -113,6 +113,11 @@ class Metrics {
   // requests, and idle, kept for the next.
   void SetReceiveBuffers(uint64_t in_use_bytes, uint64_t idle_bytes);
   void AddInflight(int64_t delta);
+  // A graph stream (server/rpc/graph_stream.h) has `unanswered` requests read and not yet
+  // answered: the peak over every stream is exported.
+  void RecordStreamUnanswered(int64_t unanswered);
+  // A graph stream stopped reading with its window full.
+  void RecordStreamWindowFull();
 
   // The text exposition of everything registered (for tests and the CLI).
   std::string Scrape() const;

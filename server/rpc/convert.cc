@@ -68,14 +68,13 @@ Graph GraphFromProto(const v1::ExecuteRequest& request) {
   return g;
 }
 
-absl::StatusOr<Graph> GraphFromExecute(const ParsedRequest<v1::ExecuteRequest>& parsed,
+absl::StatusOr<Graph> GraphFromExecute(const v1::ExecuteRequest& req, const ParsedLifts& lifts,
                                        SharedMemoryRegistry& regions, const std::string& tenant,
                                        std::vector<RegionRange>* holds) {
-  const v1::ExecuteRequest& req = parsed.message;
   Graph g = GraphFromProto(req);
   for (GraphInline& t : g.inlines) {
     const v1::Tensor& proto = req.inline_tensors().at(std::string(t.name));
-    const std::optional<absl::string_view> lifted = LiftedByKey(parsed.lifted, t.name);
+    const std::optional<absl::string_view> lifted = LiftedByKey(lifts.lifted, t.name);
     if (lifted) t.data = *lifted;
     if (!proto.has_shm()) continue;
     const std::string what = absl::StrCat("inline tensor ", Quote(t.name));

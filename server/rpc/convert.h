@@ -22,9 +22,9 @@ namespace opserve::convert {
 Graph GraphFromProto(const v1::ExecuteRequest& request);
 
 // An Execute call's graph for `tenant`: GraphFromProto, with each large inline tensor read where
-// it was received (`parsed.lifted`) and each inline tensor in a shared-memory region read there,
+// it was received (`lifts.lifted`) and each inline tensor in a shared-memory region read there,
 // its range held in `holds` until the device is done with it.
-absl::StatusOr<Graph> GraphFromExecute(const ParsedRequest<v1::ExecuteRequest>& parsed,
+absl::StatusOr<Graph> GraphFromExecute(const v1::ExecuteRequest& req, const ParsedLifts& lifts,
                                        SharedMemoryRegistry& regions, const std::string& tenant,
                                        std::vector<RegionRange>* holds);
 

@@ -1,10 +1,13 @@
-// ModelInfer: the call, from the gRPC thread to the engine and back. oip_convert.h turns the
-// request into the engine's Graph and the engine's result into the ModelInferResponse; each
-// answer is counted in its model's statistics (model_stats.h).
+// ModelInfer and ModelStreamInfer: the call, from the gRPC thread to the engine and back.
+// oip_convert.h turns the request into the engine's Graph and the engine's result into the
+// ModelInferResponse; each answer is counted in its model's statistics (model_stats.h). A unary
+// ModelInfer is one InferCall (UnaryGraphCall); each request of a ModelStreamInfer is one too
+// (graph_stream.h), its answer written on the stream.
 #include <memory>
 #include <optional>
 
 #include "server/rpc/graph_call.h"
+#include "server/rpc/graph_stream.h"
 #include "server/rpc/inference_service.h"
 #include "server/rpc/oip_convert.h"
 
@@ -13,10 +16,10 @@ namespace {
 
 class InferCall final : public GraphCall {
  public:
-  InferCall(ServerCore& core, grpc::CallbackServerContext* ctx,
-            const ParsedRequest<inference::ModelInferRequest>& parsed,
+  InferCall(ServerCore& core, grpc::CallbackServerContext* ctx, GraphEnd& end,
+            absl::string_view rpc, const ParsedRequest<inference::ModelInferRequest>& parsed,
             inference::ModelInferResponse* resp, ModelStats& stats)
-      : GraphCall(core, ctx, "ModelInfer"), parsed_(parsed), resp_(resp), stats_(stats) {}
+      : GraphCall(core, ctx, rpc, end), parsed_(parsed), resp_(resp), stats_(stats) {}
 
   // The graph views the request, the receive blocks its raw inputs came in (lifted_parse.h) and
   // what binding_ keeps (the saved graph, typed contents, the regions): all kept until the
@@ -89,14 +92,47 @@ class InferCall final : public GraphCall {
   RequestTimes times_;                 // the run's, on success; the total at the answer
 };
 
+// Where ModelInfer's raw_input_contents are received (lifted_parse.h), on a stream as in a call.
+const LiftPath kInferLiftPath = {inference::ModelInferRequest::kRawInputContentsFieldNumber};
+
+// ModelStreamInfer's requests, each an InferCall whose response is the stream response's.
+struct InferStreamTraits {
+  using In = inference::ModelInferRequest;
+  using Out = inference::ModelStreamInferResponse;
+  using Call = InferCall;
+  static constexpr absl::string_view kRpc = "ModelStreamInfer";
+  ModelStats& stats;
+
+  void StartCall(std::optional<InferCall>& call, ServerCore& core,
+                 grpc::CallbackServerContext* ctx, GraphEnd& end, const ParsedRequest<In>& parsed,
+                 Out* out) const {
+    call.emplace(core, ctx, end, kRpc, parsed, out->mutable_infer_response(), stats);
+    call->Start();
+  }
+  // An error names its request too: the specification's error_message alone would leave a
+  // client with many requests in flight unable to tell which one failed.
+  static void Answered(const ParsedRequest<In>& parsed, const absl::Status& s, Out* out) {
+    if (s.ok()) return;  // ResultToInfer set the id, as ModelInfer's response has it
+    out->set_error_message(std::string(s.message()));
+    inference::ModelInferResponse* r = out->mutable_infer_response();
+    r->set_id(parsed.message.id());
+    r->set_model_name(parsed.message.model_name());
+    r->set_model_version(parsed.message.model_version());
+  }
+};
+
 }  // namespace
 
 grpc::ServerUnaryReactor* InferenceService::ModelInfer(
     grpc::CallbackServerContext* ctx, const ParsedRequest<inference::ModelInferRequest>* req,
     inference::ModelInferResponse* resp) {
-  auto* call = new InferCall(core_, ctx, *req, resp, stats_);
-  call->Start();
-  return call;
+  return UnaryGraphCall<InferCall>::Start(core_, ctx, "ModelInfer", *req, resp, stats_);
+}
+
+grpc::ServerBidiReactor<ParsedRequest<inference::ModelInferRequest>,
+                        inference::ModelStreamInferResponse>*
+InferenceService::StartModelStreamInfer(grpc::CallbackServerContext* ctx) {
+  return new GraphStream<InferStreamTraits>(core_, ctx, &kInferLiftPath, {stats_});
 }
 
 }  // namespace opserve

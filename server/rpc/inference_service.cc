@@ -35,6 +35,13 @@ InferenceService::InferenceService(ServerCore& core, std::function<bool()> ready
   ParseUnary("ModelMetadata", &InferenceService::ModelMetadata);
   ParseUnaryLifting("ModelInfer", {inference::ModelInferRequest::kRawInputContentsFieldNumber},
                     core.receive_pool(), &InferenceService::ModelInfer);
+  MarkMethodCallback(MethodIndex("ModelStreamInfer"),
+                     new grpc::internal::CallbackBidiHandler<
+                         ParsedRequest<inference::ModelInferRequest>,
+                         inference::ModelStreamInferResponse>(
+                         [this](grpc::CallbackServerContext* ctx) {
+                           return StartModelStreamInfer(ctx);
+                         }));
   ParseUnary("ModelConfig", &InferenceService::ModelConfig);
   ParseUnary("ModelStatistics", &InferenceService::ModelStatistics);
   ParseUnary("RepositoryIndex", &InferenceService::RepositoryIndex);

@@ -4,7 +4,8 @@
 // "1" (inputs `x`, or `a` and `b`; output `y`), and so are the tenant's saved graphs
 // (SaveGraph). ModelInfer's conversions are oip_convert.h's; what a model looks like
 // (ModelMetadata, ModelConfig) is model_info.h's; ModelStatistics counts what ModelInfer records
-// (model_stats.h). The specification's RPCs opserve does not serve answer UNIMPLEMENTED naming
+// (model_stats.h); ModelStreamInfer runs ModelInfer's calls over a stream (graph_stream.h). The
+// specification's RPCs opserve does not serve answer UNIMPLEMENTED naming
 // themselves (unserved_rpcs.cc). README.md's "Open Inference Protocol" section is the user's
 // view.
 #pragma once
@@ -73,9 +74,13 @@ class InferenceService final
       grpc::CallbackServerContext* ctx, const inference::CudaSharedMemoryUnregisterRequest* req,
       inference::CudaSharedMemoryUnregisterResponse* resp) override;
 
+  // Not the generated ModelStreamInfer(ctx), which nothing calls: each message of the stream is
+  // parsed as ModelInfer's request is (ParseUnaryLifting), and one that does not parse is
+  // answered on the stream (graph_stream.h).
+  grpc::ServerBidiReactor<ParsedRequest<inference::ModelInferRequest>,
+                          inference::ModelStreamInferResponse>*
+  StartModelStreamInfer(grpc::CallbackServerContext* ctx);
   // Not served (unserved_rpcs.cc): UNIMPLEMENTED, naming the RPC and what to use instead.
-  grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
-  ModelStreamInfer(grpc::CallbackServerContext* ctx) override;
   grpc::ServerUnaryReactor* RepositoryModelLoad(grpc::CallbackServerContext* ctx,
                                                 const inference::RepositoryModelLoadRequest* req,
                                                 inference::RepositoryModelLoadResponse* resp) override;

@@ -63,27 +63,19 @@ inline void TakeOverParsed(const void*) {}
 #endif
 
 // What the request log (request_log.h) reads of a received message without knowing its type.
-// Both wrappers below derive from it, first and alone, so that it lies at the start of the
-// object gRPC hands to interceptors as a void*; every method of the two services receives one
-// of them (parsed_service.h, service.h).
+// Every wrapper below has it at its start (first base of a single chain), since gRPC hands
+// interceptors the object as a void*; every method of the two services receives one of them
+// (parsed_service.h, service.h, graph_stream.h).
 struct ReceivedMessage {
   uint64_t wire_bytes = 0;                           // the serialized size
   const google::protobuf::Message* proto = nullptr;  // the message, once parsed
 };
 
-// A unary or server-streaming request, parsed into an arena: a request of many small messages
-// (a graph far over --max_graph_nodes) is freed as a few blocks instead of one delete per
-// message, which keeps refusing it cheap to the end of the call.
-template <typename T>
-struct ParsedRequest : ReceivedMessage {
-  ParsedRequest() = default;
-  ~ParsedRequest() { TakeOverParsed(this); }
-  google::protobuf::Arena arena;
-  T& message = *google::protobuf::Arena::CreateMessage<T>(&arena);
-  absl::Status status;  // INVALID_ARGUMENT when the bytes did not parse as T
-  // Set before the parse by the method's LiftingAllocator (parsed_service.h): the large `bytes`
-  // fields at `lift_path` go into blocks of `lift_pool` (lifted_parse.h), listed in `lifted`;
-  // the message keeps them empty.
+// What a parsed request's large `bytes` fields became: set before the parse by the method's
+// LiftingAllocator (parsed_service.h) or a stream's reader (graph_stream.h), the fields at
+// `lift_path` go into blocks of `lift_pool` (lifted_parse.h), listed in `lifted`; the message
+// keeps them empty. ParsedRequest's only base, so that `this` is the request's address.
+struct ParsedLifts : ReceivedMessage {
   ReceivePool* lift_pool = nullptr;
   const LiftPath* lift_path = nullptr;
   // Mutable: the call gives the blocks back as soon as the device is done with them
@@ -93,6 +85,18 @@ struct ParsedRequest : ReceivedMessage {
     lifted.clear();
     PublishParsed(this);  // to the destructor, on a gRPC thread (see PublishParsed)
   }
+};
+
+// A unary or server-streaming request (or one message of a graph stream), parsed into an arena:
+// a request of many small messages (a graph far over --max_graph_nodes) is freed as a few blocks
+// instead of one delete per message, which keeps refusing it cheap to the end of the call.
+template <typename T>
+struct ParsedRequest : ParsedLifts {
+  ParsedRequest() = default;
+  ~ParsedRequest() { TakeOverParsed(this); }
+  google::protobuf::Arena arena;
+  T& message = *google::protobuf::Arena::CreateMessage<T>(&arena);
+  absl::Status status;  // INVALID_ARGUMENT when the bytes did not parse as T
 };
 
 // One message of a client stream, read again and again into the same storage. Not on an arena:

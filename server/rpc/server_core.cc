@@ -45,7 +45,9 @@ std::vector<std::string> MetricRpcNames() {
   return names;
 }
 
-std::vector<std::string> QueuedRpcNames() { return {"Execute", "ModelInfer"}; }
+std::vector<std::string> QueuedRpcNames() {
+  return {"Execute", "ExecuteStream", "ModelInfer", "ModelStreamInfer"};
+}
 
 absl::Status CheckCallAlive(grpc::CallbackServerContext* ctx) {
   // The deadline first: gRPC also marks an expired call cancelled.

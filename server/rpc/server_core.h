@@ -44,6 +44,8 @@ struct ServiceOptions {
   RequestTrace* trace = nullptr;
   // Most graph calls that run as one plan (--max_batch_size; server/engine/batch.h); 1: none.
   int max_batch_size = 1;
+  // Most unanswered requests of one graph stream (--stream_window; graph_stream.h).
+  int stream_window = 16;
 };
 
 // The names of the RPCs whose request series exist from start-up, every code at 0, so that
@@ -85,6 +87,14 @@ class ServerCore {
   void UpdateStoreGauges() { engine_.UpdateStoreGauges(); }
   void RecordRpc(absl::string_view rpc, const absl::Status& s,
                  std::chrono::steady_clock::time_point start);
+
+  // A graph stream's unanswered requests, and its window filling (graph_stream.h).
+  void RecordStreamUnanswered(int unanswered) {
+    if (metrics() != nullptr) metrics()->RecordStreamUnanswered(unanswered);
+  }
+  void RecordStreamWindowFull() {
+    if (metrics() != nullptr) metrics()->RecordStreamWindowFull();
+  }
 
   // Calls handed to a handler and not yet done (OnDone), for the drain on SIGTERM.
   void CallStarted() { active_calls_.fetch_add(1, std::memory_order_relaxed); }

@@ -1,7 +1,8 @@
 // The gRPC handlers of opserve.v1.OpServe (callback API), on the core it shares with the Open
 // Inference Protocol (server_core.h). Handlers are thin: Execute converts the request
-// (convert.h) and hands it to the engine, whose lanes finish the call (execute_call.cc); the
-// others answer on the gRPC thread or through the transfer reactors.
+// (convert.h) and hands it to the engine, whose lanes finish the call (execute_call.cc), and
+// ExecuteStream does the same for each request of its stream (graph_stream.h); the others answer
+// on the gRPC thread or through the transfer reactors.
 #pragma once
 
 #include <string>
@@ -42,6 +43,10 @@ class OpServeService final
   grpc::ServerUnaryReactor* Execute(grpc::CallbackServerContext* ctx,
                                     const ParsedRequest<v1::ExecuteRequest>* req,
                                     v1::ExecuteResponse* resp);
+  // Not the generated ExecuteStream(ctx) (which nothing calls) either: each message of the stream is parsed as a unary
+  // request is (ParsedRequest), and one that does not parse is answered on the stream.
+  grpc::ServerBidiReactor<ParsedRequest<v1::ExecuteStreamRequest>, v1::ExecuteStreamResponse>*
+  StartExecuteStream(grpc::CallbackServerContext* ctx);
   grpc::ServerUnaryReactor* ListOps(grpc::CallbackServerContext* ctx,
                                     const v1::ListOpsRequest* req,
                                     v1::ListOpsResponse* resp) override;
@@ -88,6 +93,11 @@ class OpServeService final
               return new FinishedWriteReactor<v1::GetTensorResponse>(
                   ToGrpcStatus(RefuseUnparsed(ctx, "GetTensor", req->status)));
             }));
+    MarkMethodCallback(
+        MethodIndex("ExecuteStream"),
+        new grpc::internal::CallbackBidiHandler<ParsedRequest<v1::ExecuteStreamRequest>,
+                                                v1::ExecuteStreamResponse>(
+            [this](grpc::CallbackServerContext* ctx) { return StartExecuteStream(ctx); }));
     // Each message of the stream is checked by the reactor as it arrives.
     MarkMethodCallback(
         MethodIndex("PutTensor"),

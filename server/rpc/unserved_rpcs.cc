@@ -2,8 +2,6 @@
 // without a handler is UNIMPLEMENTED with an empty message, which leaves a client guessing
 // whether it reached the right server; these name the RPC and what opserve offers instead. They
 // authenticate and are counted like any other call.
-#include <chrono>
-
 #include "absl/strings/str_cat.h"
 #include "server/rpc/grpc_status.h"
 #include "server/rpc/inference_service.h"
@@ -20,27 +18,7 @@ constexpr absl::string_view kRepository =
     "its models are its ops, always loaded, and the caller's saved graphs: opserve.v1 SaveGraph "
     "and DeleteGraph add and remove those";
 
-// Answers the stream at once, before reading any of it.
-class RefusedStream final
-    : public grpc::ServerBidiReactor<inference::ModelInferRequest,
-                                     inference::ModelStreamInferResponse> {
- public:
-  explicit RefusedStream(const absl::Status& s) { Finish(ToGrpcStatus(s)); }
-  void OnDone() override { delete this; }
-};
-
 }  // namespace
-
-grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
-InferenceService::ModelStreamInfer(grpc::CallbackServerContext* ctx) {
-  const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<std::string> tenant = core_.Authenticate(ctx);
-  const absl::Status s =
-      tenant.ok() ? NotServed("ModelStreamInfer", "send each request with ModelInfer")
-                  : tenant.status();
-  core_.RecordRpc("ModelStreamInfer", s, start);
-  return new RefusedStream(s);
-}
 
 grpc::ServerUnaryReactor* InferenceService::RepositoryModelLoad(
     grpc::CallbackServerContext* ctx, const inference::RepositoryModelLoadRequest*,

@@ -866,17 +866,6 @@ TEST_F(KServeTest, RpcsNotServedNameThemselves) {
     inference::LogSettingsResponse resp;
     named(stub_->LogSettings(&ctx, {}, &resp), "LogSettings");
   }
-  {
-    grpc::ClientContext ctx;
-    auto stream = stub_->ModelStreamInfer(&ctx);
-    ModelInferRequest req;
-    req.set_model_name("row_sum");
-    stream->Write(req);  // may fail: the server answers without reading
-    stream->WritesDone();
-    inference::ModelStreamInferResponse resp;
-    EXPECT_FALSE(stream->Read(&resp));
-    named(stream->Finish(), "ModelStreamInfer");
-  }
 }
 
 }  // namespace

@@ -2,6 +2,9 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <poll.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -150,6 +153,52 @@ absl::StatusOr<int> ServerProcess::WaitForExit(std::chrono::milliseconds timeout
 std::string ServerProcess::Output() const {
   std::lock_guard<std::mutex> lock(mu_);
   return output_;
+}
+
+// "opserve: metrics on port N at /metrics", printed before the listening line.
+int ParseMetricsPort(const std::string& output) {
+  constexpr char kLine[] = "opserve: metrics on port ";
+  const size_t at = output.find(kLine);
+  if (at == std::string::npos) return 0;
+  return std::atoi(output.c_str() + at + sizeof(kLine) - 1);
+}
+
+// GET /metrics over a plain socket (HTTP/1.0: the server closes when done).
+absl::StatusOr<std::string> HttpGetMetrics(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", strerror(errno)));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    close(fd);
+    return absl::UnavailableError(absl::StrCat("connect to metrics port ", port, ": ", strerror(errno)));
+  }
+  const std::string request = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  if (send(fd, request.data(), request.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(request.size())) {
+    close(fd);
+    return absl::UnavailableError("sending the metrics request failed");
+  }
+  std::string response;
+  char buf[16384];
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 10000) <= 0) {
+      close(fd);
+      return absl::DeadlineExceededError("the metrics endpoint did not answer in 10 s");
+    }
+    const ssize_t n = recv(fd, buf, sizeof buf, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    response.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  const size_t body = response.find("\r\n\r\n");
+  if (response.rfind("HTTP/1.", 0) != 0 || body == std::string::npos) {
+    return absl::DataLossError("not an HTTP response from the metrics endpoint");
+  }
+  return response.substr(body + 4);
 }
 
 }  // namespace opserve::e2e

@@ -65,4 +65,10 @@ class ServerProcess {
 // The opserve binary: $OPSERVE_BIN, else the one this build produced.
 std::string OpserveBinary();
 
+// The metrics port a server started with --metrics_port=0 printed ("opserve: metrics on port
+// N at /metrics", before its listening line); 0 when it printed none.
+int ParseMetricsPort(const std::string& output);
+// GET /metrics on 127.0.0.1:`port`: the text exposition.
+absl::StatusOr<std::string> HttpGetMetrics(int port);
+
 }  // namespace opserve::e2e

@@ -46,52 +46,6 @@ std::string EnvOr(const char* name, const std::string& fallback) {
   return v != nullptr && *v != '\0' ? std::string(v) : fallback;
 }
 
-// "opserve: metrics on port N at /metrics", printed before the listening line.
-int ParseMetricsPort(const std::string& output) {
-  constexpr char kLine[] = "opserve: metrics on port ";
-  const size_t at = output.find(kLine);
-  if (at == std::string::npos) return 0;
-  return std::atoi(output.c_str() + at + sizeof(kLine) - 1);
-}
-
-// GET /metrics over a plain socket (HTTP/1.0: the server closes when done).
-absl::StatusOr<std::string> HttpGetMetrics(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", strerror(errno)));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    close(fd);
-    return absl::UnavailableError(absl::StrCat("connect to metrics port ", port, ": ", strerror(errno)));
-  }
-  const std::string request = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-  if (send(fd, request.data(), request.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(request.size())) {
-    close(fd);
-    return absl::UnavailableError("sending the metrics request failed");
-  }
-  std::string response;
-  char buf[16384];
-  for (;;) {
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, 10000) <= 0) {
-      close(fd);
-      return absl::DeadlineExceededError("the metrics endpoint did not answer in 10 s");
-    }
-    const ssize_t n = recv(fd, buf, sizeof buf, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    response.append(buf, static_cast<size_t>(n));
-  }
-  close(fd);
-  const size_t body = response.find("\r\n\r\n");
-  if (response.rfind("HTTP/1.", 0) != 0 || body == std::string::npos) {
-    return absl::DataLossError("not an HTTP response from the metrics endpoint");
-  }
-  return response.substr(body + 4);
-}
-
 }  // namespace
 
 std::string OpserveBinary() { return e2e::OpserveBinary(); }
@@ -110,7 +64,7 @@ void HardeningTest::SetUp() {
   auto server = e2e::ServerProcess::Start(OpserveBinary(), flags);
   ASSERT_TRUE(server.ok()) << server.status();
   server_ = *std::move(server);
-  metrics_port_ = ParseMetricsPort(server_->Output());
+  metrics_port_ = e2e::ParseMetricsPort(server_->Output());
   ASSERT_GT(metrics_port_, 0) << "no metrics port in the output:\n" << server_->Output();
   client_ = NewClient(DefaultClientOptions());
   ASSERT_NE(client_, nullptr);
@@ -162,7 +116,7 @@ AssertionResult HardeningTest::Serving() {
 
 absl::StatusOr<double> HardeningTest::Metric(const std::string& name,
                                              std::initializer_list<std::string> labels) {
-  absl::StatusOr<std::string> text = HttpGetMetrics(metrics_port_);
+  absl::StatusOr<std::string> text = e2e::HttpGetMetrics(metrics_port_);
   if (!text.ok()) return text.status();
   for (absl::string_view line : absl::StrSplit(*text, '\n')) {
     if (line.empty() || line[0] == '#') continue;

@@ -126,6 +126,8 @@ TEST(MetricsTest, EveryFamilyIsExportedWithItsType) {
       {"opserve_tensors", "gauge"},
       {"opserve_receive_buffer_bytes", "gauge"},
       {"opserve_inflight_requests", "gauge"},
+      {"opserve_stream_unanswered_peak", "gauge"},
+      {"opserve_stream_window_full_total", "counter"},
       {"opserve_build_info", "gauge"},
       {"opserve_graph_replays_total", "counter"},
       {"opserve_device_serving", "gauge"},
@@ -351,6 +353,24 @@ TEST(MetricsTest, QueueSeriesOnlyForTheRpcsThatQueue) {
   EXPECT_EQ(Value(text, "opserve_queue_duration_seconds_count",
                   {{"rpc", "Execute"}, {"device", "cpu"}}),
             0);
+// The streams' peak keeps the largest count any stream reported, from any thread; the window
+// counter counts each time a stream stopped reading.
+TEST(MetricsTest, StreamPeakIsTheLargestUnansweredCount) {
+  auto metrics = MakeMetrics();
+  ASSERT_NE(metrics, nullptr);
+  EXPECT_EQ(Value(metrics->Scrape(), "opserve_stream_unanswered_peak"), 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 1; i <= 1000; ++i) metrics->RecordStreamUnanswered(i % (10 + t));
+      metrics->RecordStreamWindowFull();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  metrics->RecordStreamUnanswered(3);
+  const std::string text = metrics->Scrape();
+  EXPECT_EQ(Value(text, "opserve_stream_unanswered_peak"), 12);
+  EXPECT_EQ(Value(text, "opserve_stream_window_full_total"), 4);
 }
 
 TEST(MetricsTest, DeviceLabelIsTheOneGivenToCreate) {
@@ -460,6 +480,8 @@ const std::vector<std::string> kProcessFamilies = {"opserve_requests_total",
                                                    "opserve_transfer_bytes_total",
                                                    "opserve_receive_buffer_bytes",
                                                    "opserve_inflight_requests",
+                                                   "opserve_stream_unanswered_peak",
+                                                   "opserve_stream_window_full_total",
                                                    "opserve_build_info"};
 
 // The samples of `name` on `device`.

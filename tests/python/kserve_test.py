@@ -265,9 +265,6 @@ class KServeTest(Base):
             call = self.c.channel.unary_unary(f"/inference.GRPCInferenceService/{rpc}")
             details = self.expect_error(C.UNIMPLEMENTED, lambda: call(b"", timeout=10), rpc)
             self.assertIn(f"{rpc} is not served by opserve", details)
-        stream = self.c.channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer")
-        details = self.expect_error(C.UNIMPLEMENTED, lambda: list(stream(iter([b""]), timeout=10)), "ModelStreamInfer")
-        self.assertIn("ModelStreamInfer is not served by opserve", details)
 
     # ---- ModelConfig and ModelStatistics ----
 

@@ -105,6 +105,21 @@ TEST_F(CliBench, SweepsConcurrencyWithARequestCount) {
   }
 }
 
+// --stream: the level's callers are streams, each with --inflight requests in flight; the level
+// still sends exactly --requests.
+TEST_F(CliBench, StreamsCarryTheRequestsOfALevel) {
+  const CliRun run = RunCli({Target(), "bench", "--op=row_mean", "--shape=64x33", "--stream",
+                             "--inflight=4", "--concurrency=3", "--requests=60", "--json"});
+  ASSERT_EQ(run.exit_status, 0) << run.out;
+  const std::vector<pb::Struct> levels = Levels(run);
+  ASSERT_EQ(levels.size(), 1u) << run.out;
+  EXPECT_EQ(levels[0].fields().at("concurrency").number_value(), 3);
+  EXPECT_EQ(levels[0].fields().at("requests").number_value(), 60) << run.out;
+  pb::Struct report;
+  ASSERT_TRUE(pb::util::JsonStringToMessage(run.out, &report).ok());
+  EXPECT_EQ(report.fields().at("stream_inflight").number_value(), 4) << run.out;
+}
+
 TEST_F(CliBench, StoredInputsForADurationAreDeletedAfterwards) {
   const CliRun run = RunCli({Target(), "bench", "--op=matmul", "--shape=16x8x4", "--inputs=stored",
                              "--concurrency=3", "--duration_s=0.5", "--json"});
@@ -147,6 +162,7 @@ TEST_F(CliBench, RefusalsExitWithTheirStatus) {
   EXPECT_EQ(RunCli({Target(), "bench", "--op=sum", "--shape=4", "--concurrency=300"}).exit_status,
             2);
   EXPECT_EQ(RunCli({Target(), "bench", "--op=sum", "--inputs=maybe"}).exit_status, 2);
+  EXPECT_EQ(RunCli({Target(), "bench", "--op=sum", "--stream", "--inflight=0"}).exit_status, 2);
   EXPECT_EQ(RunCli({Target(), "ls", "--op=sum"}).exit_status, 2);
 }
 

@@ -18,6 +18,8 @@ A server of several devices: client.devices() lists them; put(..., device="cuda:
 tensor, put(..., shard=True) splits a matrix by rows over all of them, move(name, device) moves
 one, g.output(..., store_as=, device=) keeps a result on one; a RunResult says where it ran
 (device) and what it copied between devices (peer_copy_bytes, peer_copy_us).
+Many requests in flight on one call: client.stream(graphs) and stream_saved(requests) yield
+each one's StreamResult (id, result or error) as it completes.
 Also: saved graphs (save_graph, graphs, run_saved, delete_graph), shm=True on put, get and run
 for a server on this host, session=, a 30 s deadline on calls that neither run a graph nor
 stream a tensor (unary_timeout=), and retries on RESOURCE_EXHAUSTED / UNAVAILABLE (retry=).
@@ -29,6 +31,7 @@ raw_bfloat16=True asks for their uint16 bits.
 from opserve import aio  # opserve.aio.Client after a plain `import opserve`
 from opserve._channel import DEFAULT_CHUNK_BYTES, TLS
 from opserve._retry import Retry
+from opserve._stream import StreamResult
 from opserve.client import Client
 from opserve.dtypes import DType, bfloat16_bits_to_float32, float32_to_bfloat16_bits
 from opserve.errors import OpserveError
@@ -42,7 +45,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AlgorithmInfo", "Client", "aio", "DEFAULT_CHUNK_BYTES", "DType", "DeviceInfo", "Graph",
     "GraphInfo", "GraphTensor", "MoveResult", "Node", "NodeResult", "OpInfo", "OpsInfo",
-    "OpserveError", "Ref", "Retry", "RunResult", "SavedRunResult", "TLS", "TensorInfo",
-    "TensorShard", "Timing", "bfloat16_bits_to_float32", "float32_to_bfloat16_bits",
+    "OpserveError", "Ref", "Retry", "RunResult", "SavedRunResult", "StreamResult", "TLS",
+    "TensorInfo", "TensorShard", "Timing", "bfloat16_bits_to_float32", "float32_to_bfloat16_bits",
     "format_table",
 ]

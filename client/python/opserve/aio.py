@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import (Any, AsyncIterator, Awaitable, Callable, List, Mapping, Optional, Sequence,
-                    Tuple, TypeVar, Union)
+from typing import (Any, AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, List,
+                    Mapping, Optional, Sequence, Tuple, TypeVar, Union)
 
 import grpc
 import grpc.aio
 import numpy as np
 
-from opserve import _cast, _messages, _shm
+from opserve import _cast, _messages, _shm, _stream
 from opserve._channel import DEFAULT_CHUNK_BYTES, TLS, ClientConfig, Stubs, retry_wait
 from opserve._proto import pb
 from opserve._retry import Retry
@@ -189,6 +189,24 @@ class Client:
             _shm.move_infer_inputs(request, region, layout)
             response = await self._unary(self._stubs.model_infer, request, timeout, unary=False)
         return _messages.saved_run_result(response, raw_bfloat16)
+
+    # ---- streams: many requests in flight on one call ----
+    def stream(self, graphs: Union[Iterable[_stream.GraphItem], AsyncIterable[_stream.GraphItem]],
+               raw_bfloat16: bool = False,
+               timeout: Optional[float] = None) -> AsyncIterator[_stream.StreamResult]:
+        """As opserve.Client.stream, iterated with `async for`; graphs may be an async iterable."""
+        deadline = self._config.deadline(timeout, unary=False)
+        return _stream.run_async(_stream.execute_stream(self._channel), graphs, False, False,
+                                 raw_bfloat16, deadline.remaining(), self._config.metadata)
+
+    def stream_saved(self, requests: Union[Iterable[_stream.SavedItem],
+                                           AsyncIterable[_stream.SavedItem]],
+                     cast: bool = False, raw_bfloat16: bool = False,
+                     timeout: Optional[float] = None) -> AsyncIterator[_stream.StreamResult]:
+        """As opserve.Client.stream_saved, iterated with `async for`."""
+        deadline = self._config.deadline(timeout, unary=False)
+        return _stream.run_async(_stream.model_stream_infer(self._channel), requests, True, cast,
+                                 raw_bfloat16, deadline.remaining(), self._config.metadata)
 
     # ---- the calls' machinery, as opserve.Client's ----
     async def _get_shm(self, name: str, raw_bfloat16: bool,

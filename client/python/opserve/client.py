@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any, Callable, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
+from typing import (Any, Callable, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple,
+                    TypeVar, Union)
 
 import grpc
 import numpy as np
 
-from opserve import _cast, _messages, _shm
+from opserve import _cast, _messages, _shm, _stream
 from opserve._channel import DEFAULT_CHUNK_BYTES, TLS, ClientConfig, Stubs, retry_wait
 from opserve._proto import pb
 from opserve._retry import Retry
@@ -229,6 +230,29 @@ class Client:
             _shm.move_infer_inputs(request, region, layout)
             response = self._unary(self._stubs.model_infer, request, timeout, unary=False)
         return _messages.saved_run_result(response, raw_bfloat16)
+
+    # ---- streams: many requests in flight on one call ----
+    def stream(self, graphs: Iterable[_stream.GraphItem], raw_bfloat16: bool = False,
+               timeout: Optional[float] = None) -> Iterator[_stream.StreamResult]:
+        """Runs many graphs over one ExecuteStream: several in flight at once, each answered as
+        it completes. Yields a StreamResult per graph, in completion order: its id (give
+        (id, graph) pairs, else a graph's position "0", "1", ...) and its RunResult, or the
+        OpserveError that request failed with (result.value() raises it); a failed request does
+        not end the stream. timeout: the deadline of the whole stream. Not retried."""
+        deadline = self._config.deadline(timeout, unary=False)
+        return _stream.run(_stream.execute_stream(self._channel), graphs, False, False,
+                           raw_bfloat16, deadline.remaining(), self._config.metadata)
+
+    def stream_saved(self, requests: Iterable[_stream.SavedItem], cast: bool = False,
+                     raw_bfloat16: bool = False,
+                     timeout: Optional[float] = None) -> Iterator[_stream.StreamResult]:
+        """stream() for saved graphs and op models over one ModelStreamInfer: each request is
+        (name, inputs) or (id, name, inputs), as run_saved takes them; each StreamResult holds
+        a SavedRunResult or the error (its code is UNKNOWN: the protocol's stream carries the
+        server's message alone)."""
+        deadline = self._config.deadline(timeout, unary=False)
+        return _stream.run(_stream.model_stream_infer(self._channel), requests, True, cast,
+                           raw_bfloat16, deadline.remaining(), self._config.metadata)
 
     # ---- the calls' machinery ----
     def _get_shm(self, name: str, raw_bfloat16: bool, progress: Optional[_messages.Progress],
