@@ -333,7 +333,10 @@ absl::StatusOr<std::unique_ptr<ExecEnv>> CudaBackend::NewExecEnv(ExecEnv* share_
 
 absl::Status CudaBackend::RegisterHostMemory(void* p, uint64_t bytes) {
   cudaSetDevice(device_);
-  const cudaError_t err = cudaHostRegister(p, bytes, cudaHostRegisterDefault);
+  // Portable: a region is registered once but read by whichever GPU a request lands on; to the
+  // others a default registration is pageable memory, which the driver stages at a third of the
+  // speed.
+  const cudaError_t err = cudaHostRegister(p, bytes, cudaHostRegisterPortable);
   if (err == cudaSuccess) return absl::OkStatus();
   cudaGetLastError();  // not sticky
   return absl::InternalError(

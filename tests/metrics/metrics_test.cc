@@ -353,6 +353,8 @@ TEST(MetricsTest, QueueSeriesOnlyForTheRpcsThatQueue) {
   EXPECT_EQ(Value(text, "opserve_queue_duration_seconds_count",
                   {{"rpc", "Execute"}, {"device", "cpu"}}),
             0);
+}
+
 // The streams' peak keeps the largest count any stream reported, from any thread; the window
 // counter counts each time a stream stopped reading.
 TEST(MetricsTest, StreamPeakIsTheLargestUnansweredCount) {
