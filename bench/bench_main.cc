@@ -381,7 +381,7 @@ int main(int argc, char** argv) {
       rep.kserve = RunKServeBench(ko);
       PrintKServe(rep.kserve);
     }
-    if (http_only || (have_gpu && !load_only && !replay_only && !kserve_only)) {
+    if (http_only || (have_gpu && !load_only && !replay_only && !kserve_only && !stream_only)) {
       HttpOptions ho;
       ho.opserve_bin = so.opserve_bin;
       ho.server_args = so.server_args;

@@ -6,7 +6,7 @@
    finds opserve_requests_total at 0 for every code of every method of both services, as the
    generated service descriptors list them (no list kept here), and a request-duration series
    for each; the queue-time histogram exists for the RPCs that queue on a device (Execute,
-   ModelInfer) and for no other.
+   ExecuteStream, ModelInfer, ModelStreamInfer) and for no other.
 2. Calls over gRPC (stubs generated here with protoc and grpc_python_plugin), some that succeed
    and some that fail; the server's log then has one request line per call, with its method,
    model name, tenant, code, duration, request and response bytes and peer, and neither the
@@ -32,7 +32,7 @@ TOKEN = "tok-Zq81-never-logged"
 # The tensor's bytes: a pattern that reads as text, so that the log check finds any echo of it.
 MARKER = b"TENSORBYTES-7f3a"
 DATA = MARKER * (96 * 1024 // len(MARKER))  # 96 KiB
-QUEUED = {"Execute", "ModelInfer"}
+QUEUED = {"Execute", "ExecuteStream", "ModelInfer", "ModelStreamInfer"}
 # A name chosen to break a log line: escaped, and cut at 128 characters.
 HOSTILE = "evil name\nopserve: request method=Forged" + "x" * 300
 HOSTILE_LOGGED = ("evil\\x20name\\x0aopserve:\\x20request\\x20method=Forged"

@@ -256,13 +256,13 @@ class HelpTest(ServerTestCase):
             self.assertEqual(client.list(), [])  # the example cleans up after itself
 
     # DType is no str subclass (opserve/dtypes.py), so pydoc lists none of str's ~45 methods.
-    # The bound is the package's own help (about 1250 lines with the device types, each frozen
-    # dataclass some 50) and less than str's methods would add to it.
+    # The bound is the package's own help (about 1330 lines with the device and stream types,
+    # each frozen dataclass some 50) and less than str's 458 lines of methods would add to it.
     def test_help_is_the_client_not_str(self):
         text = pydoc.render_doc(opserve, renderer=pydoc.plaintext)
         for str_method in ("casefold", "zfill", "maketrans", "isidentifier"):
             self.assertNotIn(str_method, text)
-        self.assertLess(len(text.splitlines()), 1300)
+        self.assertLess(len(text.splitlines()), 1400)
 
 if __name__ == "__main__":
     unittest.main()
