@@ -13,8 +13,9 @@
 #   client/opserve-cli). --cpu: both replicas on the CPU backend, small sizes
 #   (runs anywhere; its ratios say nothing when the replicas share a few cores).
 # Needs haproxy and openssl. Environment (defaults: GPU / --cpu): SHAPE (8192x8192 / 256x256),
-# TINY (10x2048), SESSIONS_PER_REPLICA (2), CONCURRENCY per session (4 / 2),
-# TINY_CONCURRENCY (64 / 8), DURATION_S per measurement (10 / 3).
+# TINY (10x2048), SESSIONS_PER_REPLICA (2), CONCURRENCY per session (8 / 2: on a GPU, the load at which a replica reached
+# directly is bound by its GPU rather than by one call's latency),
+# TINY_CONCURRENCY (64 / 8) over TINY_CLIENTS processes (4), DURATION_S per measurement (10 / 3).
 set -euo pipefail
 bin=$(cd "$1" && pwd)
 logs=$2
@@ -27,9 +28,10 @@ if [[ $mode == --cpu ]]; then
   shape=${SHAPE:-256x256} conc=${CONCURRENCY:-2} tiny_conc=${TINY_CONCURRENCY:-8} dur=${DURATION_S:-3}
 else
   devices=(cuda:0 cuda:1)
-  shape=${SHAPE:-8192x8192} conc=${CONCURRENCY:-4} tiny_conc=${TINY_CONCURRENCY:-64} dur=${DURATION_S:-10}
+  shape=${SHAPE:-8192x8192} conc=${CONCURRENCY:-8} tiny_conc=${TINY_CONCURRENCY:-64} dur=${DURATION_S:-10}
 fi
 tiny=${TINY:-10x2048}
+tiny_clients=${TINY_CLIENTS:-4}
 per_replica=${SESSIONS_PER_REPLICA:-2}
 haproxy=$(command -v haproxy || echo /usr/sbin/haproxy)
 server="$bin/opserve" cli="$bin/opserve-cli"
@@ -141,10 +143,26 @@ done
 verdict "stored row_mean $shape, ${#sessions[@]} sessions over 2 replicas" "$sum" \
   "$(rps "$logs/stored-direct.json")" 1.8 "$errs"
 
-# Tiny inline requests, no session: per-call balancing against one replica directly.
-tiny_flags=(--op=row_mean --shape="$tiny" --inputs=inline --concurrency="$tiny_conc")
-bench "$logs/tiny-direct.json" "127.0.0.1:${ports[0]}" "${tiny_flags[@]}"
-bench "$logs/tiny-proxy.json" "$proxy" "${tiny_flags[@]}"
-verdict "tiny row_mean $tiny inline, $tiny_conc callers" "$(rps "$logs/tiny-proxy.json")" \
-  "$(rps "$logs/tiny-direct.json")" 0.7 "$(errors "$logs/tiny-proxy.json")"
+# Tiny inline requests, no session: per-call balancing against one replica directly. The
+# callers come from TINY_CLIENTS processes, each its own connection, as separate clients would:
+# one connection carrying every call is one proxy thread's work.
+tiny_flags=(--op=row_mean --shape="$tiny" --inputs=inline --concurrency=$((tiny_conc / tiny_clients)))
+bench_many() {  # PREFIX TARGET: TINY_CLIENTS benches at once; prints their summed req/s, errors
+  local prefix=$1 target=$2 pids=() i sum=0 errs=0
+  for i in $(seq 1 "$tiny_clients"); do
+    "$cli" --target="$target" bench "${tiny_flags[@]}" --duration_s="$dur" --json \
+      >"$prefix-$i.json" 2>"$prefix-$i.err" &
+    pids+=($!)
+  done
+  for i in "${pids[@]}"; do wait "$i" || { echo "bench failed (see $prefix-*.err)" >&2; return 1; }; done
+  for i in $(seq 1 "$tiny_clients"); do
+    sum=$(awk -v a="$sum" -v b="$(rps "$prefix-$i.json")" 'BEGIN { print a + b }')
+    errs=$((errs + $(errors "$prefix-$i.json")))
+  done
+  echo "$sum $errs"
+}
+read -r direct_rps _ < <(bench_many "$logs/tiny-direct" "127.0.0.1:${ports[0]}")
+read -r proxy_rps proxy_errs < <(bench_many "$logs/tiny-proxy" "$proxy")
+verdict "tiny row_mean $tiny inline, $tiny_conc callers in $tiny_clients clients" "$proxy_rps" \
+  "$direct_rps" 0.7 "$proxy_errs"
 exit $status
