@@ -221,9 +221,25 @@ def image_problems(steps, cpu):
     return problems
 
 
+def build_package_problems(repo, steps):
+    """The build stage installs every -dev package scripts/install-deps.sh installs for a build:
+    the same CMake find_package calls run in both."""
+    script = open(os.path.join(repo, "scripts", "install-deps.sh"), encoding="utf-8").read()
+    listed = re.search(r"^packages=\((.*?)^\)", script, re.S | re.M)
+    if listed is None:
+        return ["scripts/install-deps.sh: no packages=( ... ) list found"]
+    words = [w for line in listed.group(1).splitlines() for w in line.split("#")[0].split()]
+    needed = [w for w in words if w.endswith("-dev") or w.startswith("protobuf-compiler")]
+    first_from = [i for i, (keyword, _) in enumerate(steps) if keyword == "FROM"]
+    build = steps[first_from[0]:first_from[1] if len(first_from) > 1 else len(steps)]
+    installed = set(" ".join(args for keyword, args in build if keyword == "RUN").split())
+    return [f"build stage: {w} not installed (scripts/install-deps.sh installs it for the build)"
+            for w in needed if w not in installed]
+
+
 def check_dockerfile(repo, path, libs_script, cpu=False):
     steps = instructions(path)
-    problems = image_problems(steps, cpu)
+    problems = image_problems(steps, cpu) + build_package_problems(repo, steps)
     last_from = max(i for i, (keyword, _) in enumerate(steps) if keyword == "FROM")
     runtime = steps[last_from:]
 
