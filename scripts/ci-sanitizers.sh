@@ -14,7 +14,8 @@
 # around it passed: a leak reported as a server exits, an error in a server the test then kills.
 #
 # ASan+UBSan: ASAN_OPTIONS=detect_leaks=1:halt_on_error=1, LSAN_OPTIONS with tests/fuzz/lsan.supp
-# (c-ares' resolver memory only), UBSAN_OPTIONS=print_stacktrace=1:
+# (c-ares' resolver memory only), UBSAN_OPTIONS with tests/fuzz/ubsan.supp (RapidJSON's parse
+# stack only) and print_stacktrace=1:
 # halt_on_error=1; any report fails.
 #
 # TSan: TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 and tests/fuzz/tsan.supp (races inside
@@ -135,7 +136,8 @@ run_variant() {
       export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:log_path=$logs/strict/asan-ubsan"
       # c-ares' resolver memory only (tests/fuzz/lsan.supp says why).
       export LSAN_OPTIONS="suppressions=$root/tests/fuzz/lsan.supp:print_suppressions=0"
-      export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$logs/strict/asan-ubsan"
+      # RapidJSON's null-stack arithmetic only (tests/fuzz/ubsan.supp says why).
+      export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$root/tests/fuzz/ubsan.supp:log_path=$logs/strict/asan-ubsan"
       run_suites "$build" all || rc=1
       unset ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS
       check_logs "$logs/strict" || rc=1
