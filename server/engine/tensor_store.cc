@@ -29,7 +29,7 @@ absl::StatusOr<StoredTensorPtr> TensorStore::Get(const std::string& name,
   std::lock_guard<std::mutex> lock(mu_);
   auto it = tensors_.find({tenant, name});
   if (it == tensors_.end()) {
-    return absl::NotFoundError(absl::StrCat("tensor ", Quote(name), " is not stored on this server"));
+    return absl::NotFoundError(absl::StrCat("tensor ", Quote(name), kNotStoredHere));
   }
   return it->second;
 }
@@ -87,7 +87,7 @@ absl::StatusOr<StoredTensorPtr> TensorStore::Erase(const std::string& name,
   std::lock_guard<std::mutex> lock(mu_);
   auto it = tensors_.find({tenant, name});
   if (it == tensors_.end()) {
-    return absl::NotFoundError(absl::StrCat("tensor ", Quote(name), " is not stored on this server"));
+    return absl::NotFoundError(absl::StrCat("tensor ", Quote(name), kNotStoredHere));
   }
   StoredTensorPtr t = std::move(it->second);
   tensors_.erase(it);

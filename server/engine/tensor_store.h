@@ -13,10 +13,15 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "server/engine/backend.h"
 #include "server/ops/tensor.h"
 
 namespace opserve {
+
+// The end of every NOT_FOUND for a name the store lacks; the replica record
+// (server/rpc/replica_identity.cc) recognises a missing stored tensor by it.
+inline constexpr absl::string_view kNotStoredHere = " is not stored on this server";
 
 // Rows [row_begin, row_begin + rows) of a sharded tensor, on one device.
 struct TensorShard {

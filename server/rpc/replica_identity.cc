@@ -7,13 +7,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "opserve/v1/opserve.pb.h"
+#include "server/engine/tensor_store.h"
 
 namespace opserve {
 namespace {
-
-// What TensorStore's NOT_FOUND says (server/engine/tensor_store.cc); Execute prefixes it with
-// the node and input that named the tensor. tests/proxy checks the message end to end.
-constexpr absl::string_view kNotStoredHere = " is not stored on this server";
 
 // RPCs whose success means the call stored something on this replica (Execute: only when the
 // response lists a kept output).
