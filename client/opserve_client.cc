@@ -10,7 +10,9 @@
 #include <sstream>
 #include <utility>
 
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/wire_format_lite.h"
 #include "grpcpp/create_channel.h"
@@ -228,6 +230,11 @@ absl::Status StreamStatus(const BlockingStream& stream, const grpc::Status& stat
 }
 
 }  // namespace
+
+std::string NewSessionId() {
+  absl::BitGen gen;
+  return absl::StrFormat("%016x%016x", absl::Uniform<uint64_t>(gen), absl::Uniform<uint64_t>(gen));
+}
 
 absl::Status ToAbslStatus(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();

@@ -31,12 +31,16 @@ namespace opserve::client {
 // limit, so a server that keeps the default still accepts every chunk.
 inline constexpr int64_t kDefaultChunkBytes = (4 << 20) - 4096;
 
+// A session id no other client will draw: 128 random bits as 32 hex digits.
+std::string NewSessionId();
+
 struct ClientOptions {
   std::string target = "127.0.0.1:50051";  // host:port, or any gRPC target URI
   // Sent as "authorization: Bearer <token>" on every call when not empty.
   std::string bearer_token;
   // Sent as "x-opserve-session: <id>" on every call when not empty: a proxy hashes it to keep a
-  // session's calls, and so its stored tensors, on one replica (docs/DEPLOY.md).
+  // session's calls, and so its stored tensors, on one replica (docs/DEPLOY.md). NewSessionId()
+  // draws one.
   std::string session;
   // TLS: a root CA turns it on; a client certificate and key add mutual TLS. PEM file paths.
   std::string root_ca_path;

@@ -25,6 +25,8 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <set>
+#include <string>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -508,6 +510,17 @@ TEST(ClientAgainstFake, SendsTheSession) {
   EXPECT_TRUE((*client)->ListTensors().ok());
   EXPECT_TRUE((*client)->PutTensor("t", Pattern(v1::INT32, {1}), false).ok());
   EXPECT_TRUE((*client)->GetTensor("t").ok());
+}
+
+// Session ids are 32 hex digits, fresh at every draw.
+TEST(ClientSession, NewSessionIdsAreFreshHex) {
+  std::set<std::string> seen;
+  for (int i = 0; i < 1000; ++i) {
+    const std::string id = NewSessionId();
+    ASSERT_EQ(id.size(), 32u) << id;
+    EXPECT_EQ(id.find_first_not_of("0123456789abcdef"), std::string::npos) << id;
+    EXPECT_TRUE(seen.insert(id).second) << "drawn twice: " << id;
+  }
 }
 
 // A broken or hostile server's malformed download: an error, never a crash, an overrun or a
