@@ -23,12 +23,11 @@
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "common/mutex_checks.h"
 #include "common/sanitized.h"
 #include "common/status_macros.h"
+#include "server/device_choice.h"
 #include "server/engine/collectives.h"
 #include "server/engine/cpu_backend.h"
 #include "server/ops/op.h"
@@ -146,8 +145,6 @@ constexpr size_t kTracedCalls = 1 << 18;
 // A graph holds device memory for its scratch (charged to the budget) and host memory for its
 // instance.
 constexpr int kMaxGraphCache = 1024;
-// The most devices one process serves (--device=cpu:N, cuda:I,J...): more than any node has.
-constexpr int kMaxDevices = 64;
 
 // Abseil prints it after "opserve: ".
 constexpr char kUsage[] =
@@ -186,112 +183,6 @@ absl::StatusOr<int> MaxComputeCapabilityFromFlag() {
         " or more (the oldest GPUs opserve's kernels are built for), got '", text, "'"));
   }
   return *cc;
-}
-
-// The devices --device names: "cpu", "cpu:N" (N CPU devices), "cuda" (every visible GPU),
-// "cuda:I[,J...]" (a list) or "auto" (every GPU if one is usable, else "cpu").
-struct DeviceFlag {
-  bool cpu = false;
-  int cpu_devices = 0;    // "cpu:N"; 0 for plain "cpu"
-  bool all_cuda = false;  // "cuda", "auto"
-  bool fall_back = false;  // "auto"
-  std::vector<int> cuda;  // "cuda:I,J"
-};
-
-absl::StatusOr<DeviceFlag> ParseDeviceFlag(const std::string& flag) {
-  DeviceFlag f;
-  auto bad = [&] {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--device must be auto, cpu, cpu:N, cuda or cuda:I[,J...], got '", flag, "'"));
-  };
-  if (flag == "cpu") {
-    f.cpu = true;
-  } else if (flag == "auto") {
-    f.all_cuda = f.fall_back = true;
-  } else if (flag == "cuda") {
-    f.all_cuda = true;
-  } else if (flag.rfind("cpu:", 0) == 0) {
-    int n = 0;
-    if (!absl::SimpleAtoi(flag.substr(4), &n) || n < 1 || n > kMaxDevices) return bad();
-    f.cpu = true;
-    f.cpu_devices = n;
-  } else if (flag.rfind("cuda:", 0) == 0) {
-    for (absl::string_view part : absl::StrSplit(flag.substr(5), ',')) {
-      int i = 0;
-      if (!absl::SimpleAtoi(part, &i) || i < 0 || i >= kMaxDevices) return bad();
-      if (std::find(f.cuda.begin(), f.cuda.end(), i) != f.cuda.end()) {
-        return absl::InvalidArgumentError(absl::StrCat("--device names cuda:", i, " twice"));
-      }
-      f.cuda.push_back(i);
-    }
-  } else {
-    return bad();
-  }
-  return f;
-}
-
-std::vector<std::unique_ptr<Backend>> CpuBackends(const DeviceFlag& f, uint64_t budget) {
-  std::vector<std::unique_ptr<Backend>> out;
-  if (f.cpu_devices == 0) {
-    out.push_back(MakeCpuBackend(budget));
-  } else {
-    for (int i = 0; i < f.cpu_devices; ++i) {
-      out.push_back(MakeCpuBackend(budget, absl::StrCat("cpu:", i), f.cpu_devices));
-    }
-  }
-  return out;
-}
-
-// The first log lines say which backend and devices were chosen and why.
-absl::StatusOr<std::vector<std::unique_ptr<Backend>>> ChooseBackends(const std::string& device,
-                                                                     uint64_t budget,
-                                                                     int max_compute_capability) {
-  const int graph_cache = absl::GetFlag(FLAGS_graph_cache);
-  if (graph_cache < 0 || graph_cache > kMaxGraphCache) {
-    return absl::InvalidArgumentError(absl::StrCat("--graph_cache must be 0 to ", kMaxGraphCache,
-                                                   ", got ", graph_cache));
-  }
-  ASSIGN_OR_RETURN(DeviceFlag f, ParseDeviceFlag(device));
-  if (f.cpu) {
-    std::cerr << "opserve: backend cpu (--device=" << device << ")" << std::endl;
-    return CpuBackends(f, budget);
-  }
-#if OPSERVE_WITH_CUDA
-  absl::Status probe = absl::OkStatus();
-  std::vector<int> ordinals = f.cuda;
-  if (f.all_cuda) {
-    absl::StatusOr<int> count = CudaDeviceCount();
-    if (count.ok()) {
-      for (int i = 0; i < *count; ++i) ordinals.push_back(i);
-    } else {
-      probe = count.status();
-    }
-  }
-  std::vector<std::unique_ptr<Backend>> out;
-  for (int i : ordinals) {
-    if (!probe.ok()) break;
-    probe = ProbeCuda(i);
-    if (!probe.ok()) break;
-    auto backend = MakeCudaBackend(i, budget, max_compute_capability, graph_cache);
-    if (!backend.ok()) {
-      probe = backend.status();
-      break;
-    }
-    std::cerr << "opserve: backend cuda: " << (*backend)->description() << " (--device=" << device
-              << ")" << std::endl;
-    out.push_back(*std::move(backend));
-  }
-  if (probe.ok()) return out;
-  if (!f.fall_back) return probe;
-  std::cerr << "opserve: backend cpu: no usable GPU (" << probe.message() << ")" << std::endl;
-#else
-  (void)max_compute_capability;  // only the CUDA backend has a capability to cap
-  if (!f.fall_back) {
-    return absl::FailedPreconditionError("this opserve was built without CUDA (no nvcc at build time)");
-  }
-  std::cerr << "opserve: backend cpu: built without CUDA" << std::endl;
-#endif
-  return CpuBackends(DeviceFlag{.cpu = true}, budget);
 }
 
 // SIGTERM and SIGINT are blocked in every thread (main() blocks them before the first thread
@@ -524,8 +415,14 @@ int Run() {
     std::cerr << "opserve: " << max_cc.status() << std::endl;
     return 2;
   }
+  const int graph_cache = absl::GetFlag(FLAGS_graph_cache);
+  if (graph_cache < 0 || graph_cache > kMaxGraphCache) {
+    std::cerr << "opserve: --graph_cache must be 0 to " << kMaxGraphCache << ", got "
+              << graph_cache << std::endl;
+    return 2;
+  }
   auto backends_or = ChooseBackends(absl::GetFlag(FLAGS_device),
-                                    absl::GetFlag(FLAGS_memory_budget_bytes), *max_cc);
+                                    absl::GetFlag(FLAGS_memory_budget_bytes), *max_cc, graph_cache);
   if (!backends_or.ok()) {
     std::cerr << "opserve: " << backends_or.status() << std::endl;
     return 2;
