@@ -122,6 +122,12 @@ def result(response: Any, saved: bool, raw_bfloat16: bool) -> StreamResult:
     return StreamResult(response.id, result=_messages.run_result(response.response, raw_bfloat16))
 
 
+def failure(requests: "Requests", error: grpc.RpcError) -> Exception:
+    """What a broken stream raises: the caller's own item that could not be sent, which is why
+    gRPC cancelled the call, else the call's error."""
+    return requests.error if requests.error is not None else from_rpc_error(error)
+
+
 def run(method: Any, items: Iterable[Any], saved: bool, cast: bool, raw_bfloat16: bool,
         timeout: Optional[float], metadata: Any) -> Iterator[StreamResult]:
     """The sync clients' stream: the call starts at the first next(); a consumer that stops
@@ -132,9 +138,7 @@ def run(method: Any, items: Iterable[Any], saved: bool, cast: bool, raw_bfloat16
         for response in call:
             yield result(response, saved, raw_bfloat16)
     except grpc.RpcError as e:
-        if requests.error is not None:
-            raise requests.error from None
-        raise from_rpc_error(e) from None
+        raise failure(requests, e) from None
     finally:
         call.cancel()  # nothing once the call ended
     if requests.error is not None:
@@ -152,9 +156,7 @@ async def run_async(method: Any, items: Union[Iterable[Any], AsyncIterable[Any]]
         async for response in call:
             yield result(response, saved, raw_bfloat16)
     except grpc.RpcError as e:
-        if requests.error is not None:
-            raise requests.error from None
-        raise from_rpc_error(e) from None
+        raise failure(requests, e) from None
     finally:
         call.cancel()
     if requests.error is not None:
