@@ -23,6 +23,18 @@ from e2e_script import start_opserve  # noqa: E402
 STARTUP_SECONDS = 60
 
 
+def wait_listening(channel, what, stop, log, seconds=STARTUP_SECONDS):
+    """Waits for `channel` to connect, then closes it; on a timeout stops the server (`stop()`)
+    and raises with its log (`log()`)."""
+    try:
+        grpc.channel_ready_future(channel).result(timeout=seconds)
+    except grpc.FutureTimeoutError:
+        stop()
+        raise RuntimeError(f"{what} did not listen within {seconds} s:\n{log()}") from None
+    finally:
+        channel.close()
+
+
 def work_dir(name):
     """An empty directory for one test class: OPSERVE_TEST_WORK_DIR/name, emptied of an earlier
     run's files (a temporary directory without the variable)."""
@@ -49,13 +61,7 @@ class Server:
             channel = grpc.insecure_channel(self.target)
         else:
             channel = grpc.secure_channel(self.target, grpc.ssl_channel_credentials(tls_root))
-        try:
-            grpc.channel_ready_future(channel).result(timeout=STARTUP_SECONDS)
-        except grpc.FutureTimeoutError:
-            self.stop()
-            raise RuntimeError(f"opserve did not listen within {STARTUP_SECONDS} s:\n{self.log()}")
-        finally:
-            channel.close()
+        wait_listening(channel, "opserve", self.stop, self.log)
 
     def log(self):
         with open(self.log_path) as f:

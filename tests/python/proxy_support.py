@@ -15,6 +15,7 @@ import grpc
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "support"))
 from e2e_script import free_port  # noqa: E402
+from client_support import wait_listening  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir)
 CONFIG = os.path.join(ROOT, "deploy", "proxy", "haproxy.cfg")
@@ -50,13 +51,7 @@ class Replica:
         with open(self.log_path, "w") as log:
             self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
         channel = grpc.insecure_channel(f"127.0.0.1:{self.port}")
-        try:
-            grpc.channel_ready_future(channel).result(timeout=STARTUP_SECONDS)
-        except grpc.FutureTimeoutError:
-            self.stop()
-            raise RuntimeError(f"{self.name} did not listen within {STARTUP_SECONDS} s:\n{self.log()}")
-        finally:
-            channel.close()
+        wait_listening(channel, self.name, self.stop, self.log, STARTUP_SECONDS)
 
     def log(self):
         with open(self.log_path) as f:
