@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "server/http/civetweb_openssl.h"
 #include "server/http/endpoints.h"
 #include "server/http/exchange.h"
 #include "server/http/routes.h"
@@ -31,11 +32,17 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
   server->stub_ = inference::GRPCInferenceService::NewStub(server->channel_);
   server->generic_ = std::make_unique<grpc::GenericStub>(server->channel_);
   const bool tls = server->tls();
-  if (tls && (mg_init_library(MG_FEATURES_SSL) & MG_FEATURES_SSL) == 0) {
-    return absl::FailedPreconditionError(
-        "the TLS flags ask for HTTPS on --http_port, but civetweb cannot load OpenSSL here "
-        "(Debian 12's civetweb 1.15 looks up OpenSSL 1.1 functions that OpenSSL 3 lacks); "
-        "serve gRPC alone with --http_port=-1, or put a TLS proxy in front of a plaintext server");
+  if (tls) {
+    if (absl::Status loaded = LoadOpenSslForCivetweb(); !loaded.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the TLS flags ask for HTTPS on --http_port, but OpenSSL cannot be loaded for civetweb: ",
+          loaded.message(), "; serve gRPC alone with --http_port=-1, or end TLS at a proxy"));
+    }
+    if ((mg_init_library(MG_FEATURES_SSL) & MG_FEATURES_SSL) == 0) {
+      return absl::FailedPreconditionError(
+          "the TLS flags ask for HTTPS on --http_port, but civetweb found no usable OpenSSL; "
+          "serve gRPC alone with --http_port=-1, or end TLS at a proxy");
+    }
   }
   if (!tls) mg_init_library(0);
   const std::string ports = absl::StrCat(options.host, ":", options.port, tls ? "s" : "");

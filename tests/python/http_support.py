@@ -62,7 +62,9 @@ class Server:
         while time.monotonic() < deadline and self.process.poll() is None:
             log = self.log()
             if "listening on" in log:
-                self.port = int(log.split("HTTP on 127.0.0.1:")[1].split()[0])
+                self.https = "HTTPS on 127.0.0.1:" in log
+                self.port = int(log.split("HTTPS on " if self.https else "HTTP on ")[1]
+                                .split(":")[1].split()[0])
                 return
             time.sleep(0.05)
         raise RuntimeError(f"opserve did not listen:\n{self.log()}")
@@ -79,8 +81,12 @@ class Server:
 class Client:
     """One keep-alive connection, as tritonclient.http's connection pool keeps."""
 
-    def __init__(self, port, token=None):
-        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT)
+    def __init__(self, port, token=None, tls=None):
+        """tls: an ssl.SSLContext for HTTPS."""
+        if tls is None:
+            self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT)
+        else:
+            self.conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=TIMEOUT, context=tls)
         self.token = token
 
     def request(self, method, path, body=None, headers=None):

@@ -357,45 +357,88 @@ class PortInUse(unittest.TestCase):
             holder.stop()
 
 
+def make_pki(directory):
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, both signed by the CA
+    (openssl, a CI dependency): {name: path}."""
+    os.makedirs(directory, exist_ok=True)
+    p = {n: os.path.join(directory, f"{n}.pem") for n in
+         ("ca", "ca_key", "server", "server_key", "client", "client_key", "csr")}
+
+    def run(*args):
+        subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", p["ca_key"], "-out", p["ca"],
+        "-days", "1", "-subj", "/CN=opserve test CA")
+    for who, subject, ext in (("server", "/CN=localhost", "subjectAltName=IP:127.0.0.1"),
+                              ("client", "/CN=test client", "extendedKeyUsage=clientAuth")):
+        run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", p[f"{who}_key"], "-out", p["csr"],
+            "-subj", subject)
+        ext_file = os.path.join(directory, f"{who}.ext")
+        with open(ext_file, "w") as f:
+            f.write(ext + "\n")
+        run("x509", "-req", "-in", p["csr"], "-CA", p["ca"], "-CAkey", p["ca_key"],
+            "-CAcreateserial", "-out", p[who], "-days", "1", "-extfile", ext_file)
+    return p
+
+
 class Tls(unittest.TestCase):
-    def test_tls_flags_serve_https_or_refuse_to_start(self):
-        """With the TLS flags HTTP is HTTPS with the same certificate, or, where civetweb cannot
-        load OpenSSL (Debian 12's civetweb 1.15 against OpenSSL 3), the server refuses to
-        start and says so: never plaintext HTTP beside a TLS gRPC port."""
-        directory = os.path.join(ARGS.work_dir, "Tls")
-        os.makedirs(directory, exist_ok=True)
-        cert, key = os.path.join(directory, "cert.pem"), os.path.join(directory, "key.pem")
-        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
-                        "-out", cert, "-days", "1", "-subj", "/CN=localhost",
-                        "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
-        log = os.path.join(directory, "opserve.log")
-        process, _ = start_opserve(ARGS.opserve, "cpu", log,
-                                   ("--http_port=0", f"--tls_cert={cert}", f"--tls_key={key}"))
+    """The TLS flags make the HTTP port HTTPS, with the gRPC port's certificate, key and client
+    CA: never plaintext HTTP beside a TLS gRPC port."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.pki = make_pki(os.path.join(ARGS.work_dir, "Tls"))
+
+    def start(self, name, *extra):
+        server = Server(ARGS.opserve, os.path.join(ARGS.work_dir, "Tls", name),
+                        f"--tls_cert={self.pki['server']}", f"--tls_key={self.pki['server_key']}",
+                        *extra)
+        self.addCleanup(server.stop)
+        self.assertTrue(server.https, server.log())
+        return server
+
+    def context(self, client_certificate=False):
+        tls = ssl.create_default_context(cafile=self.pki["ca"])
+        if client_certificate:
+            tls.load_cert_chain(self.pki["client"], self.pki["client_key"])
+        return tls
+
+    def test_https_serves_the_protocol(self):
+        server = self.start("https")
+        c = Client(server.port, tls=self.context())
+        self.addCleanup(c.conn.close)
+        self.assertEqual(c.get("/v2/health/ready")[0], 200)
+        self.assertEqual(c.json("GET", "/v2")[1]["name"], "opserve")
+        status, resp, _ = c.infer("row_mean", [("x", "FP32", [2, 2], [1, 3, 5, 9])])
+        self.assertEqual((status, resp["outputs"][0]["data"]), (200, [2.0, 7.0]), resp)
+        status, resp, outs = c.infer("row_sum", [("x", "FP32", [1, 3], [1, 2, 3])], binary=True,
+                                     binary_output=True)
+        self.assertEqual((status, outs[0]), (200, to_bytes("FP32", [6.0])), resp)
+        # A client that does not trust the server's CA is refused in the handshake.
+        untrusting = Client(server.port, tls=ssl.create_default_context())
+        self.addCleanup(untrusting.conn.close)
+        with self.assertRaises(ssl.SSLCertVerificationError):
+            untrusting.get("/v2/health/ready")
+        # Plaintext HTTP to the HTTPS port gets no HTTP answer.
+        plain = Client(server.port)
+        self.addCleanup(plain.conn.close)
         try:
-            deadline = time.monotonic() + STARTUP_SECONDS
-            while time.monotonic() < deadline and process.poll() is None:
-                with open(log) as f:
-                    text = f.read()
-                if "listening on" in text:
-                    break
-                time.sleep(0.05)
-            with open(log) as f:
-                text = f.read()
-            if process.poll() is not None:
-                self.assertEqual(process.returncode, 2, text)
-                self.assertIn("HTTPS", text)
-                self.assertIn("--http_port=-1", text)
-                return
-            port = int(text.split("HTTPS on 127.0.0.1:")[1].split()[0])
-            conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=TIMEOUT,
-                                               context=ssl.create_default_context(cafile=cert))
-            conn.request("GET", "/v2/health/live")
-            self.assertEqual(conn.getresponse().status, 200)
-            conn.close()
-        finally:
-            if process.poll() is None:
-                process.terminate()
-                process.wait(timeout=STARTUP_SECONDS)
+            status = plain.get("/v2/health/ready")[0]
+        except (http.client.HTTPException, OSError):
+            status = None
+        self.assertNotEqual(status, 200)
+
+    def test_client_ca_requires_client_certificates(self):
+        server = self.start("mutual", f"--tls_client_ca={self.pki['ca']}")
+        anonymous = Client(server.port, tls=self.context())
+        self.addCleanup(anonymous.conn.close)
+        with self.assertRaises((ssl.SSLError, OSError, http.client.HTTPException)):
+            anonymous.get("/v2/health/ready")
+        c = Client(server.port, tls=self.context(client_certificate=True))
+        self.addCleanup(c.conn.close)
+        self.assertEqual(c.get("/v2/health/ready")[0], 200)
+        status, resp, _ = c.infer("row_max", [("x", "FP32", [1, 3], [4, -1, 2])])
+        self.assertEqual((status, resp["outputs"][0]["data"]), (200, [4.0]), resp)
 
 
 def main():
