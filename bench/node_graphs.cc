@@ -23,9 +23,10 @@ namespace {
 
 // ---- Timing and checking a matmul (sections 2 and 4). ----
 
-// The server's time for a request: compute_us + peer_copy_us (RequestTiming).
+// The server's time for a request: compute_us + peer_copy_us (RequestTiming); and total_us, from
+// the handler's receipt to the response, for a request whose copies overlap its compute.
 struct Timed {
-  std::vector<double> us, peer_us;
+  std::vector<double> us, peer_us, total_us;
   uint64_t peer_bytes = 0;
   std::string device;
 };
@@ -35,6 +36,7 @@ std::string TimeExecute(client::Client& c, const v1::ExecuteRequest& req, Timed&
   if (!resp.ok()) return StatusText(resp.status());
   into.us.push_back(resp->timing().compute_us() + resp->timing().peer_copy_us());
   into.peer_us.push_back(resp->timing().peer_copy_us());
+  into.total_us.push_back(resp->timing().total_us());
   into.peer_bytes = resp->peer_copy_bytes();
   into.device = resp->device();
   return "";
@@ -250,7 +252,9 @@ std::string Node::ShardedMatmul(NodeServer& multi) {
   }
   if (std::string e = CheckMatmul(multi, "smm_c", a, b); !e.empty()) return "sharded C: " + e;
   const double flops = 2.0 * o_.smm_m * o_.smm_k * o_.smm_n;
-  const double sh_us = Percentile(t_sh.us, 0.5), one_us = Percentile(t_one.us, 0.5);
+  // End to end on the server: B's broadcast runs beside the GEMMs, so compute + copy would count
+  // the overlap twice.
+  const double sh_us = Percentile(t_sh.total_us, 0.5), one_us = Percentile(t_one.total_us, 0.5);
   const double tflops = flops / sh_us / 1e6;
   const double share_flops = 2.0 * share * o_.smm_k * o_.smm_n;
   const std::string shape = absl::StrFormat("%d x %d x %d", o_.smm_m, o_.smm_n, o_.smm_k);
@@ -262,17 +266,19 @@ std::string Node::ShardedMatmul(NodeServer& multi) {
          absl::StrCat("matmul one share (server) on ", t_one.device), false, o_.reps, one_us, 0,
          static_cast<uint64_t>(share_flops));
   const double b_bytes = static_cast<double>(b.Bytes()) * (n_ - 1);
-  absl::PrintF("  sharded on %s: %.1f us (compute + peer copy; peer %.1f us for %llu bytes) = %.1f "
+  absl::PrintF("  sharded on %s: %.1f us (total; B's broadcast beside the GEMMs: %.1f us for %llu bytes) = %.1f "
               "TFLOP/s; one share via the server %.1f us = %.1f TFLOP/s; cuBLAS share %.1f us = "
               "%.1f TFLOP/s\n",
               t_sh.device.c_str(), sh_us, Percentile(t_sh.peer_us, 0.5),
               static_cast<unsigned long long>(t_sh.peer_bytes), tflops, one_us,
               share_flops / one_us / 1e6, share_us_, share_tflops_);
   if (!cpu_ && peer_gbps_[0] > 0) {
-    absl::PrintF("  predicted: B's broadcast %.0f bytes at %.1f GB/s + the share's GEMM %.1f us = "
-                "%.1f us (if not overlapped) -> %.1f TFLOP/s\n",
-                b_bytes, peer_gbps_[0], share_us_, b_bytes / (peer_gbps_[0] * 1e3) + share_us_,
-                flops / (b_bytes / (peer_gbps_[0] * 1e3) + share_us_) / 1e6);
+    // B arrives in 8 chunks and each GEMM slice waits for its own: the first chunk is the wait.
+    const double first_chunk_us = b_bytes / 8 / (peer_gbps_[0] * 1e3);
+    absl::PrintF("  predicted: B's first chunk %.0f bytes at %.1f GB/s + the share's GEMM %.1f us "
+                "= %.1f us (the other chunks land while the GEMM runs) -> %.1f TFLOP/s\n",
+                b_bytes / 8, peer_gbps_[0], share_us_, first_chunk_us + share_us_,
+                flops / (first_chunk_us + share_us_) / 1e6);
   }
   Perf(absl::StrFormat("node sharded: matmul BF16 %s (A over %d GPUs) >= %.2fx N x cuBLAS share",
                        shape, n_, kGemmShare),

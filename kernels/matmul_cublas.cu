@@ -63,6 +63,31 @@ cudaError_t MatmulCublas(void* cublas_handle, const bf16_bits* d_a, const bf16_b
   });
 }
 
+// The slice's B rows start k_begin rows in (ld N as before); A's columns k_begin on are A^T's
+// rows, so A^T starts k_begin elements in with its ld K unchanged.
+cudaError_t MatmulCublasKSlice(void* cublas_handle, const float* d_a, const float* d_b,
+                               float* d_c, int64_t m, int64_t n, int64_t k, int64_t k_begin,
+                               int64_t k_end, bool accumulate, cudaStream_t stream) {
+  const float beta = accumulate ? 1.0f : 0.0f;
+  return RunGemm(cublas_handle, m, n, stream, [&](cublasHandle_t handle) {
+    return Cublas()->sgemm_64(handle, CUBLAS_OP_N, CUBLAS_OP_N, /*m=*/n, /*n=*/m,
+                              k_end - k_begin, &kAlpha, d_b + k_begin * n, /*lda=*/n,
+                              d_a + k_begin, /*ldb=*/k, &beta, d_c, /*ldc=*/n);
+  });
+}
+
+cudaError_t MatmulCublasKSlice(void* cublas_handle, const bf16_bits* d_a, const bf16_bits* d_b,
+                               float* d_c, int64_t m, int64_t n, int64_t k, int64_t k_begin,
+                               int64_t k_end, bool accumulate, cudaStream_t stream) {
+  const float beta = accumulate ? 1.0f : 0.0f;
+  return RunGemm(cublas_handle, m, n, stream, [&](cublasHandle_t handle) {
+    return Cublas()->gemm_ex_64(handle, CUBLAS_OP_N, CUBLAS_OP_N, /*m=*/n, /*n=*/m,
+                                k_end - k_begin, &kAlpha, d_b + k_begin * n, CUDA_R_16BF,
+                                /*lda=*/n, d_a + k_begin, CUDA_R_16BF, /*ldb=*/k, &beta, d_c,
+                                CUDA_R_32F, /*ldc=*/n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  });
+}
+
 // C^T, row-major [N, M], is column-major C [M, N] with ld M. Our row-major A [M, K] is
 // column-major A^T (ld K) and B [K, N] column-major B^T (ld N), so both go in transposed:
 // gemm(T, T, M, N, K, A with ld K, B with ld N, C^T with ld M).

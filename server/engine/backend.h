@@ -63,6 +63,13 @@ enum class GraphReplay { kNotUsed, kCaptured, kReplayed, kRebound };
 // share its stream, so one request is launched while the one before it runs.
 class ExecEnv : public KernelEnv {
  public:
+  // The next node's inputs that are still arriving, by input (nullptr: there), for arriving();
+  // the executor sets them around each node's run.
+  void set_arriving(std::vector<const InputArrival*> inputs) { arriving_ = std::move(inputs); }
+  const InputArrival* arriving(int input) const override {
+    return input >= 0 && input < static_cast<int>(arriving_.size()) ? arriving_[input] : nullptr;
+  }
+
   // Memory for a node's output or an inline input, ordered on this context's stream: it is
   // usable by the next launch at once, and a buffer dropped mid-request is reused only after
   // the launches queued before the drop. Charged to the backend's budget.
@@ -123,6 +130,9 @@ class ExecEnv : public KernelEnv {
   // illegal-address launch whose sticky error Finish reports).
   virtual absl::Status InjectFault() { return absl::InternalError("injected kernel fault"); }
 #endif
+
+ private:
+  std::vector<const InputArrival*> arriving_;
 };
 
 // Streams one tensor's bytes into a buffer, chunk by chunk (PutTensor).

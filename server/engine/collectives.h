@@ -10,8 +10,22 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "server/ops/op.h"
 
 namespace opserve {
+
+// A broadcast under way (Collectives::StartBroadcast): each destination's bytes arrive chunk by
+// chunk, as its arrival says, while the caller goes on.
+class ArrivingBroadcast {
+ public:
+  virtual ~ArrivingBroadcast() = default;  // waits for the copies still running
+  // What a reader on device i waits on; nullptr for the root and for skipped devices.
+  virtual std::shared_ptr<const InputArrival> arrival(int device) const = 0;
+  // Waits for every copy: the broadcast's status, and in *us the longest destination's time
+  // from its first chunk's start to its last chunk's end.
+  virtual absl::Status Finish(double* us) = 0;
+};
 
 // Copies and collectives among the devices of one node, by position in the node's device list.
 // Every call is blocking and may come from any thread; a call that fails says which devices,
@@ -26,6 +40,13 @@ class Collectives {
   // Blocking: copies `bytes` at ptrs[root] into every other ptrs[i] (ptrs[i] on device i of the
   // list given at creation; nullptr entries are skipped).
   virtual absl::Status Broadcast(int root, std::span<void* const> ptrs, uint64_t bytes) = 0;
+  // Broadcast's copies, in chunks of `chunk` bytes (the last may be shorter), started and left
+  // running: a reader waits for each chunk it needs (InputArrival). UNIMPLEMENTED where copies
+  // cannot run beside the caller (host memcpy): call Broadcast.
+  virtual absl::StatusOr<std::unique_ptr<ArrivingBroadcast>> StartBroadcast(
+      int root, std::span<void* const> ptrs, uint64_t bytes, uint64_t chunk) {
+    return absl::UnimplementedError("broadcasts here run to completion (Broadcast)");
+  }
   // Peer access between device a and b (direct NVLink/PCIe peer copies), for reports. False
   // when a == b (no peer is involved) or either is not in the list.
   virtual bool PeerAccess(int a, int b) const = 0;

@@ -2,8 +2,8 @@
 // loaded. NCCL is found at run time (dlopen) rather than linked: it is a 200 MB library that a
 // machine may keep outside the toolkit, or lack, and a server with one GPU never needs it.
 #include <cuda_runtime_api.h>
-#include <dlfcn.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -14,164 +14,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
-#include "server/engine/collectives.h"
+#include "server/engine/cuda_collectives_internal.h"
 
-#if OPSERVE_HAVE_NCCL_H
-#include <nccl.h>
-#else
-// The few types this file passes to NCCL, as nccl.h defines them (its ABI has kept them since 2.0).
-typedef struct ncclComm* ncclComm_t;
-typedef enum { ncclSuccess = 0 } ncclResult_t;
-typedef enum { ncclInt8 = 0 } ncclDataType_t;
-#endif
-
-namespace opserve {
-namespace {
-
-// The NCCL entry points Broadcast uses, looked up in the loaded library.
-struct NcclApi {
-  ncclResult_t (*get_version)(int*) = nullptr;
-  ncclResult_t (*comm_init_all)(ncclComm_t*, int, const int*) = nullptr;
-  ncclResult_t (*comm_destroy)(ncclComm_t) = nullptr;
-  ncclResult_t (*comm_abort)(ncclComm_t) = nullptr;
-  ncclResult_t (*group_start)() = nullptr;
-  ncclResult_t (*group_end)() = nullptr;
-  ncclResult_t (*broadcast)(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t,
-                            cudaStream_t) = nullptr;
-  const char* (*error_string)(ncclResult_t) = nullptr;
-  const char* (*last_error)(ncclComm_t) = nullptr;  // NCCL 2.13 on; may stay null
-  std::string name;                                 // "nccl 2.28.9"
-};
-
-constexpr const char* kNcclSoname = "libnccl.so.2";
-constexpr const char* kNcclPathEnv = "OPSERVE_NCCL_LIBRARY";
-
-template <typename T>
-bool Sym(void* lib, const char* symbol, T* fn) {
-  *fn = reinterpret_cast<T>(dlsym(lib, symbol));
-  return *fn != nullptr;
-}
-
-// Loads NCCL: "libnccl.so.2" from the loader's path, else the file $OPSERVE_NCCL_LIBRARY names.
-// The library stays loaded for the process: its proxy threads may outlive a communicator.
-absl::StatusOr<NcclApi> LoadNccl() {
-  std::vector<std::string> tried;
-  void* lib = dlopen(kNcclSoname, RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr) tried.push_back(dlerror());
-  const char* path = std::getenv(kNcclPathEnv);
-  if (lib == nullptr && path != nullptr && *path != '\0') {
-    lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (lib == nullptr) tried.push_back(absl::StrCat(kNcclPathEnv, "=", path, ": ", dlerror()));
-  }
-  if (lib == nullptr) {
-    if (path == nullptr || *path == '\0') tried.push_back(absl::StrCat(kNcclPathEnv, " unset"));
-    return absl::UnavailableError(absl::StrJoin(tried, "; "));
-  }
-  NcclApi api;
-  const bool ok = Sym(lib, "ncclGetVersion", &api.get_version) &&
-                  Sym(lib, "ncclCommInitAll", &api.comm_init_all) &&
-                  Sym(lib, "ncclCommDestroy", &api.comm_destroy) &&
-                  Sym(lib, "ncclCommAbort", &api.comm_abort) &&
-                  Sym(lib, "ncclGroupStart", &api.group_start) &&
-                  Sym(lib, "ncclGroupEnd", &api.group_end) &&
-                  Sym(lib, "ncclBroadcast", &api.broadcast) &&
-                  Sym(lib, "ncclGetErrorString", &api.error_string);
-  if (!ok) return absl::UnavailableError(absl::StrCat("NCCL lacks a symbol: ", dlerror()));
-  Sym(lib, "ncclGetLastError", &api.last_error);
-  int version = 0;
-  if (api.get_version(&version) != ncclSuccess) {
-    return absl::UnavailableError("ncclGetVersion failed");
-  }
-  // NCCL_VERSION_CODE is major*10000 + minor*100 + patch from 2.9 on, major*1000 + ... before.
-  const int major = version >= 20900 ? version / 10000 : version / 1000;
-  const int minor = version >= 20900 ? version % 10000 / 100 : version % 1000 / 100;
-  const int patch = version % 100;
-  if (major != 2) {
-    return absl::UnavailableError(absl::StrCat("NCCL version code ", version,
-                                               " is not a 2.x this file was written against"));
-  }
-  api.name = absl::StrCat("nccl ", major, ".", minor, ".", patch);
-  return api;
-}
-
-// The runtime keeps a thread's last error until it is read, and launch checks elsewhere read
-// it (cudaPeekAtLastError): an error this file has handled must not surface there.
-cudaError_t Handled(cudaError_t e) {
-  if (e != cudaSuccess) (void)cudaGetLastError();
-  return e;
-}
-
-std::string CudaText(cudaError_t e) {
-  return absl::StrCat(cudaGetErrorName(e), ": ", cudaGetErrorString(e));
-}
-
-// Restores the calling thread's current device, which every call here changes.
-class KeepCurrentDevice {
- public:
-  KeepCurrentDevice() {
-    if (Handled(cudaGetDevice(&saved_)) != cudaSuccess) saved_ = -1;
-  }
-  ~KeepCurrentDevice() {
-    int now = -1;
-    if (saved_ >= 0 && (Handled(cudaGetDevice(&now)) != cudaSuccess || now != saved_)) {
-      Handled(cudaSetDevice(saved_));
-    }
-  }
-  KeepCurrentDevice(const KeepCurrentDevice&) = delete;
-  KeepCurrentDevice& operator=(const KeepCurrentDevice&) = delete;
-
- private:
-  int saved_ = -1;
-};
-
-class CudaCollectives final : public Collectives {
- public:
-  CudaCollectives(std::vector<int> ordinals, bool allow_nccl);
-  ~CudaCollectives() override;
-
-  std::string name() const override {
-    return nccl_ok_.load(std::memory_order_acquire) ? nccl_.name : "cuda peer copies";
-  }
-  absl::Status Copy(int dst_dev, void* dst, int src_dev, const void* src, uint64_t bytes) override;
-  absl::Status Broadcast(int root, std::span<void* const> ptrs, uint64_t bytes) override;
-  bool PeerAccess(int a, int b) const override {
-    const int n = static_cast<int>(devices_.size());
-    return a >= 0 && b >= 0 && a < n && b < n && links_[a][b].peer;
-  }
-  std::string Topology() const override;
-
- private:
-  struct Device {
-    int ordinal = 0;
-    std::string name;             // "cuda:<ordinal>"
-    cudaStream_t stream = nullptr;  // this object's own, non-blocking
-    absl::Status ready;           // why the device cannot be used, if it cannot
-  };
-  struct Link {
-    bool peer = false;
-    int rank = -1;       // cudaDevP2PAttrPerformanceRank where peer access is on
-    std::string note;    // why there is none, where that is not simply "the GPUs cannot"
-  };
-
-  absl::Status PeerBroadcast(int root, std::span<void* const> ptrs, uint64_t bytes);
-  // With nccl_mu_ held.
-  absl::Status InitNccl();
-  absl::Status NcclBroadcast(int root, std::span<void* const> ptrs, uint64_t bytes);
-  void DisableNccl(const absl::Status& why);
-  std::string Describe(int root, std::span<void* const> ptrs, uint64_t bytes) const;
-
-  std::vector<Device> devices_;
-  std::vector<std::string> names_;
-  std::vector<std::vector<Link>> links_;  // [from][to]
-
-  NcclApi nccl_;
-  // NCCL loaded, its communicators not failed; cleared once for good when they fail.
-  std::atomic<bool> nccl_ok_{false};
-  // A communicator is used by one broadcast at a time (NCCL's rule for a communicator).
-  std::mutex nccl_mu_;
-  std::vector<ncclComm_t> comms_;  // one per device once made, guarded by nccl_mu_
-  bool comms_broken_ = false;      // guarded by nccl_mu_
-};
+namespace opserve::cuda_collectives_internal {
 
 CudaCollectives::CudaCollectives(std::vector<int> ordinals, bool allow_nccl) {
   KeepCurrentDevice keep;
@@ -321,19 +166,19 @@ std::string CudaCollectives::Describe(int root, std::span<void* const> ptrs,
                          absl::StrJoin(to, ", "));
 }
 
-absl::Status CudaCollectives::Broadcast(int root, std::span<void* const> ptrs, uint64_t bytes) {
+absl::Status CudaCollectives::CheckReady(int root, std::span<void* const> ptrs, uint64_t bytes,
+                                         bool* every_device, bool* any_target) const {
   RETURN_IF_ERROR(collectives_internal::CheckBroadcast(names_, root, ptrs, bytes));
-  if (bytes == 0) return absl::OkStatus();
-  bool every_device = true;
-  bool any_target = false;
+  *every_device = true;
+  *any_target = false;
   for (size_t i = 0; i < ptrs.size(); ++i) {
     if (static_cast<int>(i) != root && ptrs[i] == nullptr) {
-      every_device = false;
+      *every_device = false;
       continue;
     }
-    any_target = any_target || static_cast<int>(i) != root;
+    *any_target = *any_target || (static_cast<int>(i) != root && bytes > 0);
   }
-  if (!any_target) return absl::OkStatus();
+  if (!*any_target) return absl::OkStatus();
   for (size_t i = 0; i < ptrs.size(); ++i) {
     const absl::Status& ready = devices_[i].ready;
     if ((static_cast<int>(i) == root || ptrs[i] != nullptr) && !ready.ok()) {
@@ -341,18 +186,29 @@ absl::Status CudaCollectives::Broadcast(int root, std::span<void* const> ptrs, u
                           absl::StrCat(Describe(root, ptrs, bytes), ": ", ready.message()));
     }
   }
+  return absl::OkStatus();
+}
+
+bool CudaCollectives::UseNccl(bool every_device, std::unique_lock<std::mutex>* lock) {
   // NCCL's communicators span every device, so a broadcast that skips one runs as peer copies.
-  if (every_device && nccl_ok_.load(std::memory_order_acquire)) {
-    std::lock_guard<std::mutex> lock(nccl_mu_);
-    // Another broadcast may have given NCCL up while this one waited for the lock.
-    if (nccl_ok_.load(std::memory_order_acquire)) {
-      if (absl::Status s = InitNccl(); !s.ok()) {
-        DisableNccl(s);
-      } else {
-        return NcclBroadcast(root, ptrs, bytes);
-      }
-    }
+  if (!every_device || !nccl_ok_.load(std::memory_order_acquire)) return false;
+  *lock = std::unique_lock<std::mutex>(nccl_mu_);
+  // Another broadcast may have given NCCL up while this one waited for the lock.
+  if (nccl_ok_.load(std::memory_order_acquire)) {
+    absl::Status s = InitNccl();
+    if (s.ok()) return true;
+    DisableNccl(s);
   }
+  lock->unlock();
+  return false;
+}
+
+absl::Status CudaCollectives::Broadcast(int root, std::span<void* const> ptrs, uint64_t bytes) {
+  bool every_device = false, any_target = false;
+  RETURN_IF_ERROR(CheckReady(root, ptrs, bytes, &every_device, &any_target));
+  if (!any_target) return absl::OkStatus();
+  std::unique_lock<std::mutex> lock;
+  if (UseNccl(every_device, &lock)) return NcclBroadcast(root, ptrs, bytes);
   return PeerBroadcast(root, ptrs, bytes);
 }
 
@@ -492,10 +348,13 @@ std::string CudaCollectives::Topology() const {
   return out;
 }
 
-}  // namespace
+}  // namespace opserve::cuda_collectives_internal
+
+namespace opserve {
 
 std::unique_ptr<Collectives> NewCudaCollectives(std::vector<int> ordinals, bool allow_nccl) {
-  return std::make_unique<CudaCollectives>(std::move(ordinals), allow_nccl);
+  return std::make_unique<cuda_collectives_internal::CudaCollectives>(std::move(ordinals),
+                                                                     allow_nccl);
 }
 
 }  // namespace opserve

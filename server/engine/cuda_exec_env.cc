@@ -117,6 +117,13 @@ class CudaExecEnv final : public ExecEnv {
     return lane_->blas;
   }
 
+  absl::Status AwaitArrival(const InputArrival& a, size_t chunk) override {
+    if (chunk >= a.events.size()) return absl::InternalError("no such chunk of an arriving input");
+    return backend_->Check(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream()),
+                                               static_cast<cudaEvent_t>(a.events[chunk]), 0),
+                           "waiting for an input copied in from another device");
+  }
+
   absl::StatusOr<BufferPtr> Allocate(uint64_t bytes) override {
     return backend_->AllocateOn(bytes, stream_);
   }

@@ -120,6 +120,13 @@ class Launcher {
     // A fault injected into every node must reach the device: a replayed graph would skip it.
     if (options_.fail_algorithm == "*") return false;
 #endif
+    // A graph replays its waits as they were captured: an input still arriving waits on events
+    // of this request's own.
+    for (const PlanNode& n : plan_.nodes) {
+      for (const PlanInput& in : n.inputs) {
+        if (in.source == PlanInput::Source::kStored && in.stored->arrival) return false;
+      }
+    }
     for (int i = 0; i < num_nodes_; ++i) {
       if (plan_.nodes[i].fused_into >= 0) continue;  // no output of its own
       if (plan_.nodes[i].device_dest) {
@@ -262,8 +269,10 @@ class Launcher {
       // node reports the algorithm that would have run with a kernel time of 0.
       s = env_.Fill(*outputs_[i], n.op->empty_fill == EmptyFill::kNaN ? 0xFF : 0, n.output.Bytes());
     } else {
+      s = AwaitArrivals(n);
       KernelArgs args{ptrs_, n.input_meta, outputs_[i]->data(), n.output, n.attrs, env_};
-      s = n.algo->run(args);
+      if (s.ok()) s = n.algo->run(args);
+      env_.set_arriving({});
 #if OPSERVE_TEST_HOOKS
       if (!options_.fail_algorithm.empty() &&
           (options_.fail_algorithm == "*" ||
@@ -275,6 +284,25 @@ class Launcher {
     }
     env_.MarkEnd(i);
     return s;
+  }
+
+  // Inputs still being copied in from another device: a row that reads them chunk by chunk gets
+  // them through KernelEnv::arriving; for any other the stream waits for all of each first.
+  absl::Status AwaitArrivals(const PlanNode& n) {
+    std::vector<const InputArrival*> arriving;
+    for (size_t j = 0; j < n.inputs.size(); ++j) {
+      const PlanInput& in = n.inputs[j];
+      if (in.source != PlanInput::Source::kStored || !in.stored->arrival) continue;
+      const InputArrival& a = *in.stored->arrival;
+      if (n.algo->reads_arriving) {
+        arriving.resize(n.inputs.size(), nullptr);
+        arriving[j] = &a;
+      } else if (!a.events.empty()) {
+        RETURN_IF_ERROR(env_.AwaitArrival(a, a.events.size() - 1));
+      }
+    }
+    env_.set_arriving(std::move(arriving));
+    return absl::OkStatus();
   }
 
   // Queues the copies of the returned outputs into their reserved places.

@@ -39,6 +39,9 @@ struct StoredTensor {
   // Non-empty: the tensor (rank 2) lives split by rows over these devices, in row order, each
   // shard charged to its own device's budget.
   std::vector<TensorShard> shards;
+  // A copy still being made (a broadcast's destination): the bytes arrive in stream order, as
+  // this says; the reader's stream waits for them (KernelEnv::arriving).
+  std::shared_ptr<const InputArrival> arrival;
   bool sharded() const { return !shards.empty(); }
   // The shard's rows as a tensor of their own.
   TensorMeta ShardMeta(const TensorShard& s) const {

@@ -22,6 +22,14 @@ namespace opserve {
 using AttrValue = std::variant<int64_t, double, std::string, bool>;
 using AttrMap = std::map<std::string, AttrValue, std::less<>>;
 
+// An input still being copied in from another device while its node runs (a sharded matmul's
+// B, broadcast in chunks so that the GEMM starts on the first): its bytes [0, ends[i]) are there
+// once events[i] (a cudaEvent_t) has fired; ends ascend and the last is every byte.
+struct InputArrival {
+  std::vector<uint64_t> ends;
+  std::vector<void*> events;
+};
+
 // What a kernel may ask of the device it runs on. The engine's ExecEnv implements it.
 class KernelEnv {
  public:
@@ -30,6 +38,14 @@ class KernelEnv {
   virtual void* blas_handle() { return nullptr; }  // cublasHandle_t on CUDA
   // Device memory that lives until the request's device work is done (CUB's temp storage).
   virtual absl::StatusOr<void*> Scratch(uint64_t bytes) = 0;
+  // Input `input` of the running node while it is still arriving, else nullptr. Only a row with
+  // AlgoSpec::reads_arriving sees one: for the others the executor waits for all of it first.
+  virtual const InputArrival* arriving(int input) const { return nullptr; }
+  // Makes the kernels queued next wait until `a`'s chunk `chunk` (bytes [0, a.ends[chunk])) is
+  // there.
+  virtual absl::Status AwaitArrival(const InputArrival& a, size_t chunk) {
+    return absl::OkStatus();
+  }
 };
 
 // What a kernel gets: pointers into backend memory, the metadata, and the device it runs on.
@@ -151,6 +167,9 @@ struct AlgoSpec {
   // nullptr: every shape of the accepted dtypes.
   bool (*supports)(std::span<const TensorMeta> inputs) = nullptr;
   absl::string_view fallback = {};
+  // Whether `run` consults KernelEnv::arriving and waits for each input chunk by chunk itself
+  // (its kernels start while the rest of an input is still being copied in).
+  bool reads_arriving = false;
 };
 
 // ---- Fusion: two nodes, outer(inner(...)), run as one kernel (server/ops/fusion.cc) ----

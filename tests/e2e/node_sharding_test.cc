@@ -214,30 +214,36 @@ TEST_P(NodeShardingTest, CombiningKeepsOverflowNaNAndSignedZeros) {
 }
 
 // matmul(A sharded, B on device 0): B is copied to every other shard's device, each computes its
-// rows of C, and C stored is sharded as A is.
+// rows of C, and C stored is sharded as A is. On GPUs B arrives in chunks of its rows and
+// cuBLAS (auto) multiplies slice by slice as they land; a named kernel waits for all of B.
 TEST_P(NodeShardingTest, MatmulOfAShardedAIsShardedByRows) {
-  for (v1::DType dtype : {v1::FLOAT32, v1::BFLOAT16}) {
-    for (int64_t rows : {static_cast<int64_t>(n() - 1), 67L}) {
-      SCOPED_TRACE(absl::StrCat(client::DTypeName(dtype), " A[", rows, ", 33]"));
-      const client::HostTensor a = RandomValues(dtype, {rows, 33}, rng_);
-      const client::HostTensor b = RandomValues(dtype, {33, 19}, rng_);
-      ASSERT_NO_FATAL_FAILURE(PutSharded("A", a));
-      ASSERT_TRUE(node().Put("B", b, {.device = dev(0), .overwrite = true}).ok());
-      v1::ExecuteRequest req = OneNode("matmul", {Stored("A"), Stored("B")}, "C");
-      req.mutable_outputs(0)->set_overwrite(true);
-      absl::StatusOr<v1::ExecuteResponse> r = node().Execute(req);
-      ASSERT_TRUE(r.ok()) << r.status();
-      EXPECT_EQ(r->device(), ShardDevices(rows));
-      const uint64_t copies = ExpectedShards(rows, n()).size() - 1;  // B is on the first's device
-      EXPECT_EQ(r->peer_copy_bytes(), copies * Bytes(b)) << "B broadcast to the other shards";
-      if (copies > 0) EXPECT_GT(r->timing().peer_copy_us(), 0);
-      EXPECT_TRUE(
-          MatchesReference("matmul", {a, b}, Output(*r, "n"), NodeReport(*r, "n").algorithm()));
-      ASSERT_EQ(r->stored_size(), 1);
-      EXPECT_TRUE(ShardedAs(r->stored(0), rows, 19 * 4, devices())) << "C is FLOAT32, by A's rows";
-      absl::StatusOr<GotTensor> c = node().Get("C");
-      ASSERT_TRUE(c.ok()) << c.status();
-      EXPECT_TRUE(c->tensor.data == Output(*r, "n").data()) << "stored and returned C differ";
+  std::vector<std::string> algorithms = {"auto"};
+  if (IsCuda()) algorithms.push_back("tiled");
+  for (const std::string& algorithm : algorithms) {
+    for (v1::DType dtype : {v1::FLOAT32, v1::BFLOAT16}) {
+      for (int64_t rows : {static_cast<int64_t>(n() - 1), 67L}) {
+        SCOPED_TRACE(absl::StrCat(algorithm, " ", client::DTypeName(dtype), " A[", rows, ", 33]"));
+        const client::HostTensor a = RandomValues(dtype, {rows, 33}, rng_);
+        const client::HostTensor b = RandomValues(dtype, {33, 19}, rng_);
+        ASSERT_NO_FATAL_FAILURE(PutSharded("A", a));
+        ASSERT_TRUE(node().Put("B", b, {.device = dev(0), .overwrite = true}).ok());
+        v1::ExecuteRequest req = OneNode("matmul", {Stored("A"), Stored("B")}, "C");
+        req.mutable_outputs(0)->set_overwrite(true);
+        req.mutable_nodes(0)->set_algorithm(algorithm);
+        absl::StatusOr<v1::ExecuteResponse> r = node().Execute(req);
+        ASSERT_TRUE(r.ok()) << r.status();
+        EXPECT_EQ(r->device(), ShardDevices(rows));
+        const uint64_t copies = ExpectedShards(rows, n()).size() - 1;  // B is on the first's device
+        EXPECT_EQ(r->peer_copy_bytes(), copies * Bytes(b)) << "B broadcast to the other shards";
+        if (copies > 0) EXPECT_GT(r->timing().peer_copy_us(), 0);
+        EXPECT_TRUE(
+            MatchesReference("matmul", {a, b}, Output(*r, "n"), NodeReport(*r, "n").algorithm()));
+        ASSERT_EQ(r->stored_size(), 1);
+        EXPECT_TRUE(ShardedAs(r->stored(0), rows, 19 * 4, devices())) << "C is FLOAT32, by A's rows";
+        absl::StatusOr<GotTensor> c = node().Get("C");
+        ASSERT_TRUE(c.ok()) << c.status();
+        EXPECT_TRUE(c->tensor.data == Output(*r, "n").data()) << "stored and returned C differ";
+      }
     }
   }
 }

@@ -258,6 +258,66 @@ TEST_P(CudaCollectivesTest, BroadcastFromEachEnd) {
   }
 }
 
+// A broadcast left running: each destination's arrival lists its chunks, each chunk is there
+// once its event has fired (a stream that waits for it reads it), and Finish waits for the rest.
+TEST_P(CudaCollectivesTest, StartedBroadcastArrivesChunkByChunk) {
+  uint64_t seed = 2000;
+  for (uint64_t bytes : kSizes) {
+    for (int root : {0, n() - 1}) {
+      const uint64_t chunk = bytes / 3 + 1;
+      const std::string what = "started broadcast of " + std::to_string(bytes) +
+                               " bytes in chunks of " + std::to_string(chunk) + " from cuda:" +
+                               std::to_string(gpus_[root]);
+      SCOPED_TRACE(what);
+      const std::vector<uint8_t> data = RandomBytes(bytes, seed++);
+      std::vector<std::unique_ptr<GuardedDst>> bufs;
+      std::vector<void*> ptrs;
+      for (int i = 0; i < n(); ++i) {
+        bufs.push_back(std::make_unique<GuardedDst>(gpus_[i], bytes));
+        Poison(*bufs.back());
+        ptrs.push_back(bufs.back()->data());
+      }
+      CUDA_OK(cudaSetDevice(gpus_[root]));
+      CUDA_OK(cudaMemcpy(bufs[root]->data(), data.data(), bytes, cudaMemcpyHostToDevice));
+      absl::StatusOr<std::unique_ptr<ArrivingBroadcast>> b =
+          collectives_->StartBroadcast(root, ptrs, bytes, chunk);
+      ASSERT_TRUE(b.ok()) << b.status();
+      EXPECT_EQ((*b)->arrival(root), nullptr);
+      for (int i = 0; i < n(); ++i) {
+        if (i == root) continue;
+        std::shared_ptr<const InputArrival> a = (*b)->arrival(i);
+        ASSERT_NE(a, nullptr) << "cuda:" << gpus_[i];
+        ASSERT_EQ(a->ends.size(), (bytes + chunk - 1) / chunk);
+        ASSERT_EQ(a->events.size(), a->ends.size());
+        EXPECT_EQ(a->ends.back(), bytes);
+        // A reader's stream waits for each chunk in turn and copies just that chunk out.
+        CUDA_OK(cudaSetDevice(gpus_[i]));
+        cudaStream_t reader;
+        CUDA_OK(cudaStreamCreateWithFlags(&reader, cudaStreamNonBlocking));
+        std::vector<uint8_t> got(bytes, 0);
+        uint64_t begin = 0;
+        for (size_t c = 0; c < a->ends.size(); ++c) {
+          EXPECT_GT(a->ends[c], begin) << "chunk " << c;
+          CUDA_OK(cudaStreamWaitEvent(reader, static_cast<cudaEvent_t>(a->events[c]), 0));
+          CUDA_OK(cudaMemcpyAsync(got.data() + begin, static_cast<char*>(ptrs[i]) + begin,
+                                  a->ends[c] - begin, cudaMemcpyDeviceToHost, reader));
+          begin = a->ends[c];
+        }
+        CUDA_OK(cudaStreamSynchronize(reader));
+        CUDA_OK(cudaStreamDestroy(reader));
+        EXPECT_TRUE(got == data) << "what cuda:" << gpus_[i] << " read chunk by chunk";
+      }
+      double us = -1;
+      const absl::Status st = (*b)->Finish(&us);
+      ASSERT_TRUE(st.ok()) << st;
+      EXPECT_GT(us, 0);
+      for (int i = 0; i < n(); ++i) {
+        ExpectHolds(*bufs[i], &data, what + ", on cuda:" + std::to_string(gpus_[i]));
+      }
+    }
+  }
+}
+
 TEST_P(CudaCollectivesTest, RefusesMalformedCalls) {
   DeviceBytes a(gpus_[0], 8), b(gpus_[1], 8);
   absl::Status s = collectives_->Copy(n(), a.get(), 0, b.get(), 8);
