@@ -7,8 +7,8 @@ packages=(
   cmake ninja-build g++ pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   prometheus-cpp-dev libgtest-dev
-  # The Open Inference Protocol's HTTP/REST binding (server/http): HTTP(S), JSON.
-  libcivetweb-dev rapidjson-dev libssl-dev
+  # The Open Inference Protocol's HTTP/REST binding (server/http): HTTP(S), JSON, gzip bodies.
+  libcivetweb-dev rapidjson-dev libssl-dev zlib1g-dev
   python3 python3-grpcio python3-protobuf
   # The Python client (client/python): installed with pip into a venv over these, offline.
   python3-numpy python3-venv python3-wheel

@@ -271,6 +271,17 @@ class TritonclientHttp(Cases, unittest.TestCase):
         # a BF16 output is asked for as JSON (its inputs go binary: see infer).
         return [httpclient.InferRequestedOutput("y", binary_data=binary and datatype != "BF16")]
 
+    def test_compressed_request_bodies(self):
+        # Binary tensor data only: this client compresses a JSON-only body, a str, with
+        # gzip.compress, which takes bytes.
+        for algorithm in ("gzip", "deflate"):
+            with self.subTest(algorithm=algorithm):
+                inputs = self.op_inputs("matmul", "FP32")
+                result = self.infer("matmul", inputs, True, self.outputs("FP32", True),
+                                    request_compression_algorithm=algorithm,
+                                    response_compression_algorithm=algorithm)
+                self.check_result("matmul", inputs, result)
+
     def server_metadata(self):
         return self.c.get_server_metadata()
 
