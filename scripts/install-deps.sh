@@ -7,11 +7,16 @@ packages=(
   cmake ninja-build g++ pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   prometheus-cpp-dev libgtest-dev
-  # The Open Inference Protocol's HTTP/REST binding (server/http): HTTP(S), JSON.
-  libcivetweb-dev rapidjson-dev libssl-dev
+  # The Open Inference Protocol's HTTP/REST binding (server/http): HTTP(S), JSON, gzip bodies.
+  libcivetweb-dev rapidjson-dev libssl-dev zlib1g-dev
   python3 python3-grpcio python3-protobuf
   # The Python client (client/python): installed with pip into a venv over these, offline.
   python3-numpy python3-venv python3-wheel
+  # What Triton's tritonclient (from the Python package index, not Debian) imports, for
+  # python_tritonclient where OPSERVE_TRITONCLIENT_PATH holds it; grpc-tools generates its
+  # tritonclient.grpc modules from proto/inference.
+  python3-geventhttpclient python3-gevent python3-rapidjson python3-packaging
+  python3-pkg-resources python3-grpc-tools
   patchelf
 )
 # Tools the deploy and metrics checks in `make test` use (promtool and the Prometheus server,

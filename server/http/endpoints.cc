@@ -186,6 +186,28 @@ void Serve(const Route& route, Exchange& ex, Stub& stub, grpc::GenericStub& gene
         return Call(ex, &Stub::SystemSharedMemoryUnregister, stub, req,
                     [&](const auto&) { ex.ReplyStatus(200); });
       }
+    // The RPCs answer UNIMPLEMENTED naming themselves: their request bodies are not read.
+    case Endpoint::kRepositoryModelLoad: {
+      inference::RepositoryModelLoadRequest req;
+      req.set_model_name(route.model);
+      return Call(ex, &Stub::RepositoryModelLoad, stub, req,
+                  [&](const auto&) { ex.ReplyStatus(200); });
+    }
+    case Endpoint::kRepositoryModelUnload: {
+      inference::RepositoryModelUnloadRequest req;
+      req.set_model_name(route.model);
+      return Call(ex, &Stub::RepositoryModelUnload, stub, req,
+                  [&](const auto&) { ex.ReplyStatus(200); });
+    }
+    case Endpoint::kTraceSetting: {
+      inference::TraceSettingRequest req;
+      req.set_model_name(route.model);
+      return Call(ex, &Stub::TraceSetting, stub, req,
+                  [&](const auto& r) { ex.ReplyJson(Json(r)); });
+    }
+    case Endpoint::kLogSettings:
+      return Call(ex, &Stub::LogSettings, stub, inference::LogSettingsRequest(),
+                  [&](const auto& r) { ex.ReplyJson(Json(r)); });
   }
 }
 

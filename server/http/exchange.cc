@@ -1,18 +1,69 @@
 #include "server/http/exchange.h"
 
 #include <civetweb.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "server/http/json_proto.h"
 
 namespace opserve::http {
 namespace {
 
-// Pieces of a chunked body read at a time: the limit is checked between them.
+// Pieces of a chunked body read, or of a compressed body decoded, at a time: the limit is
+// checked between them.
 constexpr uint64_t kReadPiece = 1 << 20;
+
+// `in` decoded: gzip, or deflate as HTTP means it (the zlib format, what tritonclient's
+// zlib.compress sends). RESOURCE_EXHAUSTED (and *too_large) once the decoded bytes pass `limit`,
+// so that a small body cannot unfold into more memory than a plain one may take.
+absl::StatusOr<std::string> Inflate(const std::string& in, absl::string_view encoding,
+                                    uint64_t limit, bool* too_large) {
+  struct Stream {
+    z_stream z{};
+    ~Stream() { inflateEnd(&z); }
+  } stream;
+  z_stream& z = stream.z;
+  if (inflateInit2(&z, encoding == "gzip" ? 16 + MAX_WBITS : MAX_WBITS) != Z_OK) {
+    return absl::InternalError("zlib cannot start decoding");
+  }
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the request body is not ", encoding, " data (Content-Encoding: ",
+                     encoding, "): ", why));
+  };
+  std::string out;
+  uint64_t fed = 0;
+  for (;;) {
+    if (z.avail_in == 0 && fed < in.size()) {  // uInt counts: the input in pieces as well
+      const uint64_t n = std::min<uint64_t>(in.size() - fed, kReadPiece);
+      z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data() + fed));
+      z.avail_in = static_cast<uInt>(n);
+      fed += n;
+    }
+    const size_t at = out.size();
+    out.resize(at + kReadPiece);
+    z.next_out = reinterpret_cast<Bytef*>(out.data() + at);
+    z.avail_out = static_cast<uInt>(kReadPiece);
+    const int rc = inflate(&z, Z_NO_FLUSH);
+    out.resize(at + kReadPiece - z.avail_out);
+    if (out.size() > limit) {
+      *too_large = true;
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the request body, decoded (Content-Encoding: ", encoding,
+          "), is larger than the server's limit of ", limit, " bytes (--max_message_bytes)"));
+    }
+    if (rc == Z_STREAM_END) {
+      if (z.avail_in != 0 || fed < in.size()) return bad("bytes follow the end of its data");
+      return out;
+    }
+    if (rc == Z_BUF_ERROR && z.avail_in == 0 && fed == in.size()) return bad("it ends early");
+    if (rc != Z_OK && rc != Z_BUF_ERROR) return bad(z.msg != nullptr ? z.msg : "zlib error");
+  }
+}
 
 }  // namespace
 
@@ -62,6 +113,36 @@ std::string Exchange::Header(const char* name) const {
 }
 
 absl::StatusOr<uint64_t> Exchange::BodyLength() {
+  if (!decoded_) {
+    decoded_ = true;
+    decode_status_ = Decode();
+  }
+  if (!decode_status_.ok()) return decode_status_;
+  return RawLength();
+}
+
+absl::Status Exchange::Decode() {
+  const std::string encoding = absl::AsciiStrToLower(Header("Content-Encoding"));
+  if (encoding.empty() || encoding == "identity") return absl::OkStatus();
+  if (encoding != "gzip" && encoding != "deflate") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Content-Encoding '", encoding, "' is not one this server decodes (gzip, deflate)"));
+  }
+  absl::StatusOr<uint64_t> length = RawLength();
+  if (!length.ok()) return length.status();
+  std::string raw;
+  if (absl::Status s = Read(*length, &raw); !s.ok()) return s;
+  absl::StatusOr<std::string> body = Inflate(raw, encoding, max_body_bytes_, &body_too_large_);
+  if (!body.ok()) return body.status();
+  // From here Read serves the decoded body as it serves a chunked one.
+  chunked_ = std::move(*body);
+  chunked_pos_ = 0;
+  chunked_read_ = true;
+  content_length_ = -1;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> Exchange::RawLength() {
   auto too_large = [&](absl::string_view body) {
     body_too_large_ = true;
     return absl::ResourceExhaustedError(

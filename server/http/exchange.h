@@ -32,7 +32,10 @@ class Exchange {
   // A header's value, "" when absent.
   std::string Header(const char* name) const;
   // The body's length: Content-Length (a chunked body is read whole, up to the limit, first).
-  // RESOURCE_EXHAUSTED past the limit, before any of it is read.
+  // RESOURCE_EXHAUSTED past the limit, before any of it is read. A body with Content-Encoding
+  // gzip or deflate (tritonclient's request_compression_algorithm) is read whole and decoded
+  // first: its decoded length, the limit applying to both; INVALID_ARGUMENT naming the header
+  // for another encoding or a body that does not decode.
   absl::StatusOr<uint64_t> BodyLength();
   // The next `bytes` bytes of the body into `dst`; INVALID_ARGUMENT when the body ends early.
   absl::Status Read(uint64_t bytes, std::string* dst);
@@ -56,6 +59,9 @@ class Exchange {
   int status() const { return status_; }  // the answer's HTTP status
 
  private:
+  absl::StatusOr<uint64_t> RawLength();  // BodyLength before any decoding
+  absl::Status Decode();                  // the Content-Encoding undone, into chunked_
+
   mg_connection* const conn_;
   const uint64_t max_body_bytes_;
   const std::string replica_name_;
@@ -67,6 +73,8 @@ class Exchange {
   bool replied_ = false;
   int status_ = 500;
   bool body_too_large_ = false;  // BodyLength refused it: its error answers 413
+  bool decoded_ = false;         // Decode ran; decode_status_ is its answer
+  absl::Status decode_status_;
 };
 
 }  // namespace opserve::http

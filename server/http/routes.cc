@@ -12,6 +12,7 @@ namespace {
 struct Match {
   Endpoint endpoint;
   bool post;
+  bool get_or_post = false;  // Triton's trace and log settings: GET reads, POST updates
 };
 
 // The endpoint after /v2/models/{model}[/versions/{version}].
@@ -21,6 +22,7 @@ std::optional<Match> ModelAction(absl::string_view action) {
   if (action == "config") return Match{Endpoint::kModelConfig, false};
   if (action == "stats") return Match{Endpoint::kModelStatistics, false};
   if (action == "infer") return Match{Endpoint::kModelInfer, true};
+  if (action == "trace/setting") return Match{Endpoint::kTraceSetting, true, true};
   return std::nullopt;
 }
 
@@ -49,6 +51,15 @@ absl::StatusOr<Route> FindRoute(absl::string_view method, absl::string_view path
       m = Match{Endpoint::kServerReady, false};
     } else if (n == 3 && s[1] == "repository" && s[2] == "index") {
       m = Match{Endpoint::kRepositoryIndex, true};
+    } else if (n == 5 && s[1] == "repository" && s[2] == "models" &&
+               (s[4] == "load" || s[4] == "unload")) {
+      route.model = std::string(s[3]);
+      m = Match{s[4] == "load" ? Endpoint::kRepositoryModelLoad : Endpoint::kRepositoryModelUnload,
+                true};
+    } else if (n == 3 && s[1] == "trace" && s[2] == "setting") {
+      m = Match{Endpoint::kTraceSetting, true, true};
+    } else if (n == 2 && s[1] == "logging") {
+      m = Match{Endpoint::kLogSettings, true, true};
     } else if (n == 3 && s[1] == "models" && s[2] == "stats") {
       m = Match{Endpoint::kModelStatistics, false};
     } else if (n >= 3 && s[1] == "models") {
@@ -60,6 +71,7 @@ absl::StatusOr<Route> FindRoute(absl::string_view method, absl::string_view path
       }
       if (n == at) m = ModelAction("");
       if (n == at + 1) m = ModelAction(s[at]);
+      if (n == at + 2) m = ModelAction(absl::StrCat(s[at], "/", s[at + 1]));
     } else if (n >= 3 && (s[1] == "systemsharedmemory" || s[1] == "cudasharedmemory")) {
       route.cuda = s[1] == "cudasharedmemory";
       if (n == 3) m = SharedMemoryAction(s[2], false);
@@ -70,11 +82,13 @@ absl::StatusOr<Route> FindRoute(absl::string_view method, absl::string_view path
     }
   }
   if (!m.has_value()) {
-    return absl::NotFoundError(absl::StrCat("no endpoint ", method, " ", path,
-                                            " (the Open Inference Protocol's paths start /v2)"));
+    const bool v2 = n >= 1 && s[0] == "v2";
+    return absl::NotFoundError(absl::StrCat(
+        "no endpoint ", method, " ", path,
+        v2 ? "" : " (the Open Inference Protocol's paths start /v2)"));
   }
-  const absl::string_view want = m->post ? "POST" : "GET";
-  if (method != want) {
+  const absl::string_view want = m->get_or_post ? "GET or POST" : m->post ? "POST" : "GET";
+  if (method != (m->post ? "POST" : "GET") && !(m->get_or_post && method == "GET")) {
     *method_not_allowed = true;
     return absl::InvalidArgumentError(absl::StrCat(path, " takes ", want, ", not ", method));
   }

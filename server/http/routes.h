@@ -22,6 +22,11 @@ enum class Endpoint {
   kSharedMemoryStatus,
   kSharedMemoryRegister,
   kSharedMemoryUnregister,
+  // Triton's endpoints that opserve does not serve, each its RPC (UNIMPLEMENTED, naming it).
+  kRepositoryModelLoad,
+  kRepositoryModelUnload,
+  kTraceSetting,
+  kLogSettings,
 };
 
 struct Route {

@@ -23,6 +23,7 @@ The ops, their test shapes and their CPU reference come from the op table (op_ta
 """
 
 import argparse
+import gzip
 import http.client
 import json
 import mmap
@@ -33,6 +34,7 @@ import subprocess
 import sys
 import time
 import unittest
+import zlib
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "support"))
 import op_table  # noqa: E402
@@ -246,6 +248,40 @@ class Endpoints(HttpTestCase):
                      + deep + b"}]}"):
             status, _, _ = self.c.request("POST", "/v2/models/row_mean/infer", body)
             self.assertEqual(status, 400)
+        self.assertEqual(self.c.get("/v2/health/live")[0], 200)
+
+    def test_compressed_bodies(self):
+        """Content-Encoding gzip or deflate (tritonclient's request_compression_algorithm): the
+        body decoded first, Inference-Header-Content-Length counting decoded bytes, the limit
+        applying to the decoded body; anything else refused naming the encoding."""
+        inputs = self.op_case("matmul", "FP32", [(3, 5), (5, 2)])
+        (a, b) = inputs
+        request = json.dumps({"inputs": [{"name": "a", "shape": [3, 5], "datatype": "FP32", "data": a[3]},
+                                         {"name": "b", "shape": [5, 2], "datatype": "FP32",
+                                          "parameters": {"binary_data_size": len(b[4])}}]}).encode()
+        plain = request + b[4]
+        header = {"Inference-Header-Content-Length": str(len(request))}
+        for encoding, body in (("gzip", gzip.compress(plain)), ("deflate", zlib.compress(plain)),
+                               ("GZIP", gzip.compress(plain))):
+            with self.subTest(encoding=encoding):
+                status, _, data = self.c.request("POST", "/v2/models/matmul/infer", body,
+                                                 {**header, "Content-Encoding": encoding})
+                self.assertEqual(status, 200, data)
+                out = json.loads(data)["outputs"][0]
+                self.check_op("matmul", json.loads(data)["parameters"]["algorithm"], inputs,
+                              ("FP32", out["shape"], to_bytes("FP32", out["data"])))
+        # Bodies read whole (the repository index's, the register requests') are decoded too.
+        status, _, data = self.c.request("POST", "/v2/repository/index", gzip.compress(b'{"ready": true}'),
+                                         {"Content-Encoding": "gzip"})
+        self.assertEqual(status, 200, data)
+        infer = lambda body, encoding: (lambda s, r, d: (s, json.loads(d)))(*self.c.request(
+            "POST", "/v2/models/matmul/infer", body, {**header, "Content-Encoding": encoding}))
+        self.assertError(400, infer(gzip.compress(plain), "br"), "Content-Encoding 'br'")
+        self.assertError(400, infer(b"not gzip at all", "gzip"), "not gzip data")
+        self.assertError(400, infer(gzip.compress(plain)[:-9], "gzip"), "ends early")
+        self.assertError(400, infer(zlib.compress(plain) + b"junk", "deflate"), "follow the end")
+        # Past --max_message_bytes once decoded: 413, though the compressed body is small.
+        self.assertError(413, infer(gzip.compress(b" " * (5 << 20)), "gzip"), "decoded", "4194304")
         self.assertEqual(self.c.get("/v2/health/live")[0], 200)
 
     def test_system_shared_memory(self):
