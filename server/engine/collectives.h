@@ -63,7 +63,9 @@ std::unique_ptr<Collectives> NewHostCollectives(int n);
 // where there is no peer access), then waits for it. Broadcast runs NCCL when `allow_nccl` and
 // libnccl.so.2 loads (as "libnccl.so.2", else from the path in $OPSERVE_NCCL_LIBRARY), its
 // communicators made over the ordinals on the first Broadcast; otherwise, and for a broadcast
-// that skips a device, peer copies from the root. NVLink multicast stays off (NCCL_NVLS_ENABLE=0
+// that skips a device, peer copies from the root. StartBroadcast always runs peer copies: their
+// copy engines run beside the readers' kernels, where NCCL's kernels would wait for the
+// multiprocessors those hold. NVLink multicast stays off (NCCL_NVLS_ENABLE=0
 // unless the environment sets it). The caller must have finished, or synchronised, whatever
 // writes the source bytes on its own streams: these streams do not wait for others.
 // The thread's current device is the caller's again when a call returns.
