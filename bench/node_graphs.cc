@@ -273,10 +273,13 @@ std::string Node::ShardedMatmul(NodeServer& multi) {
               static_cast<unsigned long long>(t_sh.peer_bytes), tflops, one_us,
               share_flops / one_us / 1e6, share_us_, share_tflops_);
   if (!cpu_ && peer_gbps_[0] > 0) {
-    // B arrives in 8 chunks and each GEMM slice waits for its own: the first chunk is the wait.
+    // B arrives in two blocks of columns, the first an eighth of them, and the GEMM of each block
+    // waits for its own: the first block is the wait, the second's copy hides behind the first's
+    // GEMM.
     const double first_chunk_us = b_bytes / 8 / (peer_gbps_[0] * 1e3);
-    absl::PrintF("  predicted: B's first chunk %.0f bytes at %.1f GB/s + the share's GEMM %.1f us "
-                "= %.1f us (the other chunks land while the GEMM runs) -> %.1f TFLOP/s\n",
+    absl::PrintF("  predicted: B's first block %.0f bytes at %.1f GB/s + the share's GEMM %.1f us "
+                "= %.1f us (the rest of B lands while the first block's GEMM runs) -> %.1f "
+                "TFLOP/s\n",
                 b_bytes / 8, peer_gbps_[0], share_us_, first_chunk_us + share_us_,
                 flops / (first_chunk_us + share_us_) / 1e6);
   }

@@ -45,15 +45,15 @@ cudaError_t MatmulCublas(void* cublas_handle, const float* d_a, const float* d_b
                          int64_t m, int64_t n, int64_t k, cudaStream_t stream);
 cudaError_t MatmulCublas(void* cublas_handle, const bf16_bits* d_a, const bf16_bits* d_b,
                          float* d_c, int64_t m, int64_t n, int64_t k, cudaStream_t stream);
-// One slice of the sum over K: C = A[:, k_begin:k_end] B[k_begin:k_end, :], added to C when
-// `accumulate` (A is M x K and B K x N as above). A sharded matmul's GEMM runs slice by slice as
-// B's rows arrive from another GPU; the slices add up in C's FLOAT32.
-cudaError_t MatmulCublasKSlice(void* cublas_handle, const float* d_a, const float* d_b, float* d_c,
-                               int64_t m, int64_t n, int64_t k, int64_t k_begin, int64_t k_end,
-                               bool accumulate, cudaStream_t stream);
-cudaError_t MatmulCublasKSlice(void* cublas_handle, const bf16_bits* d_a, const bf16_bits* d_b,
-                               float* d_c, int64_t m, int64_t n, int64_t k, int64_t k_begin,
-                               int64_t k_end, bool accumulate, cudaStream_t stream);
+// Columns [n_begin, n_end) of C = A B: A times those columns of B (A is M x K and B K x N as
+// above, C's other columns untouched). A sharded matmul's GEMM runs block by block as B's
+// columns arrive from another GPU.
+cudaError_t MatmulCublasColumns(void* cublas_handle, const float* d_a, const float* d_b,
+                                float* d_c, int64_t m, int64_t n, int64_t k, int64_t n_begin,
+                                int64_t n_end, cudaStream_t stream);
+cudaError_t MatmulCublasColumns(void* cublas_handle, const bf16_bits* d_a, const bf16_bits* d_b,
+                                float* d_c, int64_t m, int64_t n, int64_t k, int64_t n_begin,
+                                int64_t n_end, cudaStream_t stream);
 // The same products written transposed: d_c_t is C^T, row-major [N, M] (the planner's fused
 // transpose(matmul(A, B))).
 cudaError_t MatmulCublasTransposed(void* cublas_handle, const float* d_a, const float* d_b,

@@ -63,28 +63,26 @@ cudaError_t MatmulCublas(void* cublas_handle, const bf16_bits* d_a, const bf16_b
   });
 }
 
-// The slice's B rows start k_begin rows in (ld N as before); A's columns k_begin on are A^T's
-// rows, so A^T starts k_begin elements in with its ld K unchanged.
-cudaError_t MatmulCublasKSlice(void* cublas_handle, const float* d_a, const float* d_b,
-                               float* d_c, int64_t m, int64_t n, int64_t k, int64_t k_begin,
-                               int64_t k_end, bool accumulate, cudaStream_t stream) {
-  const float beta = accumulate ? 1.0f : 0.0f;
-  return RunGemm(cublas_handle, m, n, stream, [&](cublasHandle_t handle) {
-    return Cublas()->sgemm_64(handle, CUBLAS_OP_N, CUBLAS_OP_N, /*m=*/n, /*n=*/m,
-                              k_end - k_begin, &kAlpha, d_b + k_begin * n, /*lda=*/n,
-                              d_a + k_begin, /*ldb=*/k, &beta, d_c, /*ldc=*/n);
+// Columns [n_begin, n_end) of row-major B and C are rows of column-major B^T and C^T: the same
+// leading dimension N, the pointers n_begin elements in, and n_end - n_begin of them.
+cudaError_t MatmulCublasColumns(void* cublas_handle, const float* d_a, const float* d_b,
+                                float* d_c, int64_t m, int64_t n, int64_t k, int64_t n_begin,
+                                int64_t n_end, cudaStream_t stream) {
+  return RunGemm(cublas_handle, m, n_end - n_begin, stream, [&](cublasHandle_t handle) {
+    return Cublas()->sgemm_64(handle, CUBLAS_OP_N, CUBLAS_OP_N, /*m=*/n_end - n_begin, /*n=*/m, k,
+                              &kAlpha, d_b + n_begin, /*lda=*/n, d_a, /*ldb=*/k, &kBeta,
+                              d_c + n_begin, /*ldc=*/n);
   });
 }
 
-cudaError_t MatmulCublasKSlice(void* cublas_handle, const bf16_bits* d_a, const bf16_bits* d_b,
-                               float* d_c, int64_t m, int64_t n, int64_t k, int64_t k_begin,
-                               int64_t k_end, bool accumulate, cudaStream_t stream) {
-  const float beta = accumulate ? 1.0f : 0.0f;
-  return RunGemm(cublas_handle, m, n, stream, [&](cublasHandle_t handle) {
-    return Cublas()->gemm_ex_64(handle, CUBLAS_OP_N, CUBLAS_OP_N, /*m=*/n, /*n=*/m,
-                                k_end - k_begin, &kAlpha, d_b + k_begin * n, CUDA_R_16BF,
-                                /*lda=*/n, d_a + k_begin, CUDA_R_16BF, /*ldb=*/k, &beta, d_c,
-                                CUDA_R_32F, /*ldc=*/n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+cudaError_t MatmulCublasColumns(void* cublas_handle, const bf16_bits* d_a, const bf16_bits* d_b,
+                                float* d_c, int64_t m, int64_t n, int64_t k, int64_t n_begin,
+                                int64_t n_end, cudaStream_t stream) {
+  return RunGemm(cublas_handle, m, n_end - n_begin, stream, [&](cublasHandle_t handle) {
+    return Cublas()->gemm_ex_64(handle, CUBLAS_OP_N, CUBLAS_OP_N, /*m=*/n_end - n_begin, /*n=*/m,
+                                k, &kAlpha, d_b + n_begin, CUDA_R_16BF, /*lda=*/n, d_a,
+                                CUDA_R_16BF, /*ldb=*/k, &kBeta, d_c + n_begin, CUDA_R_32F,
+                                /*ldc=*/n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   });
 }
 

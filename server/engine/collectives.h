@@ -40,11 +40,13 @@ class Collectives {
   // Blocking: copies `bytes` at ptrs[root] into every other ptrs[i] (ptrs[i] on device i of the
   // list given at creation; nullptr entries are skipped).
   virtual absl::Status Broadcast(int root, std::span<void* const> ptrs, uint64_t bytes) = 0;
-  // Broadcast's copies, in chunks of `chunk` bytes (the last may be shorter), started and left
-  // running: a reader waits for each chunk it needs (InputArrival). UNIMPLEMENTED where copies
-  // cannot run beside the caller (host memcpy): call Broadcast.
+  // Broadcast's copies of `rows` rows of `row_bytes`, started and left running in blocks of
+  // columns: block i is the bytes [ends[i - 1], ends[i]) of every row (ends ascend to row_bytes).
+  // A reader waits for the blocks it needs (InputArrival). UNIMPLEMENTED where copies cannot run
+  // beside the caller (host memcpy): call Broadcast.
   virtual absl::StatusOr<std::unique_ptr<ArrivingBroadcast>> StartBroadcast(
-      int root, std::span<void* const> ptrs, uint64_t bytes, uint64_t chunk) {
+      int root, std::span<void* const> ptrs, uint64_t rows, uint64_t row_bytes,
+      std::span<const uint64_t> ends) {
     return absl::UnimplementedError("broadcasts here run to completion (Broadcast)");
   }
   // Peer access between device a and b (direct NVLink/PCIe peer copies), for reports. False

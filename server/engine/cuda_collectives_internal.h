@@ -61,7 +61,8 @@ class CudaCollectives final : public Collectives {
   absl::Status Copy(int dst_dev, void* dst, int src_dev, const void* src, uint64_t bytes) override;
   absl::Status Broadcast(int root, std::span<void* const> ptrs, uint64_t bytes) override;
   absl::StatusOr<std::unique_ptr<ArrivingBroadcast>> StartBroadcast(
-      int root, std::span<void* const> ptrs, uint64_t bytes, uint64_t chunk) override;
+      int root, std::span<void* const> ptrs, uint64_t rows, uint64_t row_bytes,
+      std::span<const uint64_t> ends) override;
   bool PeerAccess(int a, int b) const override {
     const int n = static_cast<int>(devices_.size());
     return a >= 0 && b >= 0 && a < n && b < n && links_[a][b].peer;

@@ -126,38 +126,38 @@ absl::Status TensorCore(const KernelArgs& a) {
 absl::Status TensorCoreSm90a(const KernelArgs& a) {
   return cuda::RunMatmul(a, [](auto... x) { return kernels::MatmulTensorCoreSm90a(x...); });
 }
-// With B still arriving from another GPU (a sharded matmul's broadcast), one GEMM per chunk of
-// B's rows, each queued behind its chunk's arrival, so that the GEMM runs while the rest comes.
+// With B still arriving from another GPU (a sharded matmul's broadcast), one GEMM per block of
+// B's columns, each queued behind its block's arrival, so that the GEMM runs while the rest
+// comes; each computes its columns of C whole.
 absl::Status CublasArriving(const KernelArgs& a, const InputArrival& b) {
   const int64_t m = a.input_meta[0].shape[0], k = a.input_meta[0].shape[1];
   const int64_t n = a.input_meta[1].shape[1];
-  const uint64_t row_bytes = static_cast<uint64_t>(n) * ElementSize(a.input_meta[1].dtype);
-  bool rows_whole = row_bytes > 0 && k > 0 && !b.ends.empty();
-  for (uint64_t end : b.ends) rows_whole = rows_whole && end % row_bytes == 0;
-  if (!rows_whole) {  // chunks that split rows (or nothing to split): wait for all of B
+  const uint64_t elem = ElementSize(a.input_meta[1].dtype);
+  bool whole_columns = b.row_bytes == static_cast<uint64_t>(n) * elem &&
+                       b.rows == static_cast<uint64_t>(k) && !b.ends.empty();
+  for (uint64_t end : b.ends) whole_columns = whole_columns && end % elem == 0;
+  if (!whole_columns || m == 0 || n == 0) {  // blocks that split elements: wait for all of B
     if (!b.events.empty()) RETURN_IF_ERROR(a.env.AwaitArrival(b, b.events.size() - 1));
     return cuda::RunMatmul(
         a, [&](auto... x) { return kernels::MatmulCublas(a.env.blas_handle(), x...); });
   }
   const bool bf16 = a.input_meta[0].dtype == DType::kBFloat16;
-  int64_t k_begin = 0;
+  auto* c_out = static_cast<float*>(a.output);
+  int64_t n_begin = 0;
   for (size_t c = 0; c < b.ends.size(); ++c) {
-    const int64_t k_end = std::min<int64_t>(k, static_cast<int64_t>(b.ends[c] / row_bytes));
-    if (k_end <= k_begin) continue;
+    const int64_t n_end = static_cast<int64_t>(b.ends[c] / elem);
     RETURN_IF_ERROR(a.env.AwaitArrival(b, c));
-    const bool accumulate = k_begin > 0;
-    auto* c_out = static_cast<float*>(a.output);
     const cudaError_t e =
-        bf16 ? kernels::MatmulCublasKSlice(
+        bf16 ? kernels::MatmulCublasColumns(
                    a.env.blas_handle(), static_cast<const kernels::bf16_bits*>(a.inputs[0]),
-                   static_cast<const kernels::bf16_bits*>(a.inputs[1]), c_out, m, n, k, k_begin,
-                   k_end, accumulate, cuda::Stream(a))
-             : kernels::MatmulCublasKSlice(a.env.blas_handle(),
-                                           static_cast<const float*>(a.inputs[0]),
-                                           static_cast<const float*>(a.inputs[1]), c_out, m, n, k,
-                                           k_begin, k_end, accumulate, cuda::Stream(a));
+                   static_cast<const kernels::bf16_bits*>(a.inputs[1]), c_out, m, n, k, n_begin,
+                   n_end, cuda::Stream(a))
+             : kernels::MatmulCublasColumns(a.env.blas_handle(),
+                                            static_cast<const float*>(a.inputs[0]),
+                                            static_cast<const float*>(a.inputs[1]), c_out, m, n,
+                                            k, n_begin, n_end, cuda::Stream(a));
     RETURN_IF_ERROR(cuda::FromCuda(e, "launch"));
-    k_begin = k_end;
+    n_begin = n_end;
   }
   return absl::OkStatus();
 }
@@ -252,7 +252,7 @@ OpEntry MatmulOp() {
                .run = Cublas, .is_default = true,
                .min_compute_capability = kSm80,
                .description = "cuBLAS SGEMM (full FP32) / GemmEx BF16; a B still arriving from "
-                              "another GPU slice by slice as its rows land",
+                              "another GPU block by block as its columns land",
                .reads_arriving = true},
 #endif
           },

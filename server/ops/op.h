@@ -23,9 +23,11 @@ using AttrValue = std::variant<int64_t, double, std::string, bool>;
 using AttrMap = std::map<std::string, AttrValue, std::less<>>;
 
 // An input still being copied in from another device while its node runs (a sharded matmul's
-// B, broadcast in chunks so that the GEMM starts on the first): its bytes [0, ends[i]) are there
-// once events[i] (a cudaEvent_t) has fired; ends ascend and the last is every byte.
+// B, broadcast in blocks of columns so that the GEMM starts on the first): seen as `rows` rows of
+// `row_bytes`, the bytes [0, ends[i]) of every row are there once events[i] (a cudaEvent_t) has
+// fired; ends ascend and the last is row_bytes.
 struct InputArrival {
+  uint64_t rows = 0, row_bytes = 0;
   std::vector<uint64_t> ends;
   std::vector<void*> events;
 };
@@ -41,8 +43,8 @@ class KernelEnv {
   // Input `input` of the running node while it is still arriving, else nullptr. Only a row with
   // AlgoSpec::reads_arriving sees one: for the others the executor waits for all of it first.
   virtual const InputArrival* arriving(int input) const { return nullptr; }
-  // Makes the kernels queued next wait until `a`'s chunk `chunk` (bytes [0, a.ends[chunk])) is
-  // there.
+  // Makes the kernels queued next wait until `a`'s chunk `chunk` (bytes [0, a.ends[chunk]) of
+  // every row) is there.
   virtual absl::Status AwaitArrival(const InputArrival& a, size_t chunk) {
     return absl::OkStatus();
   }

@@ -258,15 +258,23 @@ TEST_P(CudaCollectivesTest, BroadcastFromEachEnd) {
   }
 }
 
-// A broadcast left running: each destination's arrival lists its chunks, each chunk is there
-// once its event has fired (a stream that waits for it reads it), and Finish waits for the rest.
-TEST_P(CudaCollectivesTest, StartedBroadcastArrivesChunkByChunk) {
+// A broadcast left running in blocks of columns: each destination's arrival lists its blocks,
+// each block (those bytes of every row) is there once its event has fired, for a stream that
+// waits for it, and Finish waits for the rest.
+TEST_P(CudaCollectivesTest, StartedBroadcastArrivesBlockByBlock) {
+  struct Shape {
+    uint64_t rows, row_bytes;
+  };
   uint64_t seed = 2000;
-  for (uint64_t bytes : kSizes) {
+  for (const Shape& shape : {Shape{1, 1}, Shape{3, 7}, Shape{17, 4099}, Shape{1024, 65539}}) {
+    const uint64_t rows = shape.rows, row_bytes = shape.row_bytes, bytes = rows * row_bytes;
+    std::vector<uint64_t> ends;
+    if (row_bytes / 3 + 1 < row_bytes) ends.push_back(row_bytes / 3 + 1);
+    ends.push_back(row_bytes);
     for (int root : {0, n() - 1}) {
-      const uint64_t chunk = bytes / 3 + 1;
-      const std::string what = "started broadcast of " + std::to_string(bytes) +
-                               " bytes in chunks of " + std::to_string(chunk) + " from cuda:" +
+      const std::string what = "started broadcast of " + std::to_string(rows) + " rows of " +
+                               std::to_string(row_bytes) + " bytes in " +
+                               std::to_string(ends.size()) + " blocks from cuda:" +
                                std::to_string(gpus_[root]);
       SCOPED_TRACE(what);
       const std::vector<uint8_t> data = RandomBytes(bytes, seed++);
@@ -280,32 +288,33 @@ TEST_P(CudaCollectivesTest, StartedBroadcastArrivesChunkByChunk) {
       CUDA_OK(cudaSetDevice(gpus_[root]));
       CUDA_OK(cudaMemcpy(bufs[root]->data(), data.data(), bytes, cudaMemcpyHostToDevice));
       absl::StatusOr<std::unique_ptr<ArrivingBroadcast>> b =
-          collectives_->StartBroadcast(root, ptrs, bytes, chunk);
+          collectives_->StartBroadcast(root, ptrs, rows, row_bytes, ends);
       ASSERT_TRUE(b.ok()) << b.status();
       EXPECT_EQ((*b)->arrival(root), nullptr);
       for (int i = 0; i < n(); ++i) {
         if (i == root) continue;
         std::shared_ptr<const InputArrival> a = (*b)->arrival(i);
         ASSERT_NE(a, nullptr) << "cuda:" << gpus_[i];
-        ASSERT_EQ(a->ends.size(), (bytes + chunk - 1) / chunk);
-        ASSERT_EQ(a->events.size(), a->ends.size());
-        EXPECT_EQ(a->ends.back(), bytes);
-        // A reader's stream waits for each chunk in turn and copies just that chunk out.
+        EXPECT_EQ(a->rows, rows);
+        EXPECT_EQ(a->row_bytes, row_bytes);
+        EXPECT_EQ(a->ends, ends);
+        ASSERT_EQ(a->events.size(), ends.size());
+        // A reader's stream waits for each block in turn and copies just that block out.
         CUDA_OK(cudaSetDevice(gpus_[i]));
         cudaStream_t reader;
         CUDA_OK(cudaStreamCreateWithFlags(&reader, cudaStreamNonBlocking));
         std::vector<uint8_t> got(bytes, 0);
         uint64_t begin = 0;
-        for (size_t c = 0; c < a->ends.size(); ++c) {
-          EXPECT_GT(a->ends[c], begin) << "chunk " << c;
+        for (size_t c = 0; c < ends.size(); ++c) {
           CUDA_OK(cudaStreamWaitEvent(reader, static_cast<cudaEvent_t>(a->events[c]), 0));
-          CUDA_OK(cudaMemcpyAsync(got.data() + begin, static_cast<char*>(ptrs[i]) + begin,
-                                  a->ends[c] - begin, cudaMemcpyDeviceToHost, reader));
-          begin = a->ends[c];
+          CUDA_OK(cudaMemcpy2DAsync(got.data() + begin, row_bytes,
+                                    static_cast<char*>(ptrs[i]) + begin, row_bytes,
+                                    ends[c] - begin, rows, cudaMemcpyDeviceToHost, reader));
+          begin = ends[c];
         }
         CUDA_OK(cudaStreamSynchronize(reader));
         CUDA_OK(cudaStreamDestroy(reader));
-        EXPECT_TRUE(got == data) << "what cuda:" << gpus_[i] << " read chunk by chunk";
+        EXPECT_TRUE(got == data) << "what cuda:" << gpus_[i] << " read block by block";
       }
       double us = -1;
       const absl::Status st = (*b)->Finish(&us);
@@ -330,6 +339,14 @@ TEST_P(CudaCollectivesTest, RefusesMalformedCalls) {
   ptrs.pop_back();
   s = collectives_->Broadcast(0, ptrs, 8);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  // Blocks must ascend to the row's length.
+  std::vector<void*> both = {a.get(), b.get()};
+  both.resize(n(), nullptr);
+  for (std::vector<uint64_t> ends : {std::vector<uint64_t>{4}, {4, 2, 8}, {}}) {
+    absl::StatusOr<std::unique_ptr<ArrivingBroadcast>> started =
+        collectives_->StartBroadcast(0, both, 1, 8, ends);
+    EXPECT_EQ(started.status().code(), absl::StatusCode::kInvalidArgument) << started.status();
+  }
 }
 
 // Seconds per run of `f`, the median of kRateRuns after one warm-up.
