@@ -118,6 +118,16 @@ class Engine {
   // Copies `t` whole onto device `dst` (a move, or the gather of a sharded tensor), as a new
   // tensor of the same name charged to dst's budget; `bytes` gets the bytes that crossed.
   absl::StatusOr<StoredTensorPtr> CopyTo(const StoredTensor& t, int dst, uint64_t* bytes);
+  // CopyTo for a request's input, left running where the devices can copy beside the kernels
+  // (Collectives::StartBroadcast): the copy's arrival is set and *running holds the copy, which
+  // must finish before the copy's memory goes. Otherwise as CopyTo, *running null.
+  absl::StatusOr<StoredTensorPtr> CopyInArriving(const StoredTensor& t, int dst, uint64_t* bytes,
+                                                 std::unique_ptr<ArrivingBroadcast>* running);
+  // How a tensor of `meta` crosses in blocks a reader can start on (InputArrival): a matrix
+  // [K, N] as `rows` rows of `row_bytes`, its first eighth of columns then the rest, so that a
+  // GEMM reading it computes whole columns of C from each block; anything else as one row.
+  static std::vector<uint64_t> ArrivalBlocks(const TensorMeta& meta, uint64_t* rows,
+                                             uint64_t* row_bytes);
   // Bytes [offset, offset + bytes) of `t` into host memory, across its shards if it has them
   // (GetTensor). A sticky device error takes the device out.
   absl::Status CopyOut(const StoredTensor& t, uint64_t offset, void* dst, uint64_t bytes);

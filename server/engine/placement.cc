@@ -91,6 +91,57 @@ absl::StatusOr<StoredTensorPtr> Engine::CopyTo(const StoredTensor& t, int dst, u
   return copy;
 }
 
+std::vector<uint64_t> Engine::ArrivalBlocks(const TensorMeta& meta, uint64_t* rows,
+                                            uint64_t* row_bytes) {
+  // On two H200s a GEMM spends 0.35 us per column of an 8192 x 8192 BF16 B, whose copy takes
+  // 0.04: the first eighth's GEMM outlasts the copy of the rest.
+  constexpr uint64_t kFirstBlockFraction = 8;
+  const uint64_t bytes = meta.Bytes();
+  *rows = meta.shape.size() == 2 && meta.shape[0] > 0 ? static_cast<uint64_t>(meta.shape[0]) : 1;
+  *row_bytes = bytes / *rows;
+  const uint64_t elem = ElementSize(meta.dtype);
+  std::vector<uint64_t> ends;
+  if (meta.shape.size() == 2 && elem > 0) {
+    const uint64_t cols = *row_bytes / elem;
+    const uint64_t first = elem * ((cols + kFirstBlockFraction - 1) / kFirstBlockFraction);
+    if (first > 0 && first < *row_bytes) ends.push_back(first);
+  }
+  ends.push_back(*row_bytes);
+  return ends;
+}
+
+absl::StatusOr<StoredTensorPtr> Engine::CopyInArriving(
+    const StoredTensor& t, int dst, uint64_t* bytes, std::unique_ptr<ArrivingBroadcast>* running) {
+  running->reset();
+  if (t.sharded() || t.device == dst || collectives_ == nullptr || t.meta.Bytes() == 0) {
+    return CopyTo(t, dst, bytes);
+  }
+  RETURN_IF_ERROR(Readable(t));
+  auto buffer = backend(dst).Allocate(t.meta.Bytes());
+  if (!buffer.ok()) {
+    return absl::Status(buffer.status().code(),
+                        absl::StrCat("tensor ", Quote(t.name), " (", t.meta.DebugString(), ", ",
+                                     t.meta.Bytes(), " bytes) does not fit device ",
+                                     device_name(dst), ": ", buffer.status().message()));
+  }
+  std::vector<void*> ptrs(num_devices(), nullptr);
+  ptrs[t.device] = t.buffer->data();
+  ptrs[dst] = (*buffer)->data();
+  uint64_t rows = 0, row_bytes = 0;
+  const std::vector<uint64_t> ends = ArrivalBlocks(t.meta, &rows, &row_bytes);
+  absl::StatusOr<std::unique_ptr<ArrivingBroadcast>> started =
+      collectives_->StartBroadcast(t.device, ptrs, rows, row_bytes, ends);
+  if (!started.ok()) {
+    if (absl::IsUnimplemented(started.status())) return CopyTo(t, dst, bytes);
+    return started.status();
+  }
+  auto copy = std::make_shared<StoredTensor>(StoredTensor{t.name, t.meta, *std::move(buffer), dst});
+  copy->arrival = (*started)->arrival(dst);
+  *running = *std::move(started);
+  *bytes = t.meta.Bytes();
+  return copy;
+}
+
 absl::Status Engine::CopyOut(const StoredTensor& t, uint64_t offset, void* dst, uint64_t bytes) {
   RETURN_IF_ERROR(Readable(t));
   auto one = [&](int d, const Buffer& b, uint64_t off, void* to, uint64_t n) {
@@ -185,7 +236,8 @@ absl::Status Engine::GatherInputs(Request& request, int d) {
       if (it == copies.end()) {
         const auto t0 = std::chrono::steady_clock::now();
         uint64_t bytes = 0;
-        absl::StatusOr<StoredTensorPtr> copy = CopyTo(t, d, &bytes);
+        std::unique_ptr<ArrivingBroadcast> running;
+        absl::StatusOr<StoredTensorPtr> copy = CopyInArriving(t, d, &bytes, &running);
         if (!copy.ok()) {
           return absl::Status(copy.status().code(),
                               absl::StrCat("node ", Quote(n.id), " (", n.op->name, ") reads ",
@@ -194,8 +246,12 @@ absl::Status Engine::GatherInputs(Request& request, int d) {
                                            " to run there: ", copy.status().message()));
         }
         request.peer_bytes_ += bytes;
-        request.peer_us_ += MicrosSince(t0);
-        RecordPeerCopy(d, bytes, MicrosSince(t0) * 1e-6);
+        if (running) {  // timed, and its metrics recorded, when the request finishes
+          request.arriving_.push_back({std::move(running), d, bytes});
+        } else {
+          request.peer_us_ += MicrosSince(t0);
+          RecordPeerCopy(d, bytes, MicrosSince(t0) * 1e-6);
+        }
         it = copies.emplace(&t, *std::move(copy)).first;
       }
       in.stored = it->second;

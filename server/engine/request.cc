@@ -1,5 +1,6 @@
 #include "server/engine/request.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -71,8 +72,18 @@ void Request::Complete(ExecEnv& env) {
 
 void Request::Finish(const absl::Status& status) {
   status_ = status;
+  // Inputs copied while the run went on: done by now where the run read them, waited for here
+  // where it failed first. Their time overlaps the compute, so it is copy time, not input time.
+  double arriving_us = 0;
+  for (Arriving& a : arriving_) {
+    double us = 0;
+    if (absl::Status s = a.copy->Finish(&us); !s.ok() && status_.ok()) status_ = s;
+    arriving_us = std::max(arriving_us, us);
+    engine_->RecordPeerCopy(a.device, a.bytes, us * 1e-6);
+  }
+  arriving_.clear();
   result_.peer_copy_bytes += peer_bytes_;
-  result_.peer_copy_us += peer_us_;
+  result_.peer_copy_us += peer_us_ + arriving_us;
   result_.input_us += peer_us_;
   stage_ = Stage::kCompleted;
   Mark(RequestTrace::kCompleted);

@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "server/engine/collectives.h"
 #include "server/engine/device_worker.h"
 #include "server/engine/executor.h"
 #include "server/engine/graph.h"
@@ -109,6 +110,14 @@ class Request final : public DeviceJob {
   // Stored inputs copied here from other devices before the run (Engine::GatherInputs).
   uint64_t peer_bytes_ = 0;
   double peer_us_ = 0;
+  // ... and those copied while it runs, each waited for when it finishes (declared after plan_:
+  // destroyed first, so that no copy still writes when the plan's buffers go).
+  struct Arriving {
+    std::unique_ptr<ArrivingBroadcast> copy;
+    int device = 0;
+    uint64_t bytes = 0;
+  };
+  std::vector<Arriving> arriving_;
 #if OPSERVE_TEST_HOOKS
   // Answered without running (the test hook EngineOptions::reply_without_device).
   bool unrun_ = false;

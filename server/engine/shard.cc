@@ -250,19 +250,9 @@ absl::Status ShardedRun::Broadcast(Engine& engine, const StoredTensor& b,
                                    const std::vector<std::shared_ptr<StoredTensor>>& copies) {
   const uint64_t bytes = b.meta.Bytes();
   broadcast_bytes_ += bytes * copies.size();
-  // B [K, N] in two blocks of whole columns (KernelEnv::arriving): the matmul's GEMM starts on the
-  // first eighth, whose GEMM outlasts the copy of the rest (on two H200s GEMM takes 0.35 us per
-  // column of B where its copy takes 0.04).
-  const uint64_t rows = b.meta.shape.size() == 2 ? static_cast<uint64_t>(b.meta.shape[0]) : 1;
-  const uint64_t row_bytes = rows > 0 ? bytes / rows : 0;
-  const uint64_t elem = ElementSize(b.meta.dtype);
-  const uint64_t cols = elem > 0 ? row_bytes / elem : 0;
-  std::vector<uint64_t> ends;
-  if (const uint64_t first = elem * ((cols + kFirstBlockFraction - 1) / kFirstBlockFraction);
-      first < row_bytes) {
-    ends.push_back(first);
-  }
-  ends.push_back(row_bytes);
+  // In blocks of columns the parts' GEMMs start on (KernelEnv::arriving).
+  uint64_t rows = 0, row_bytes = 0;
+  const std::vector<uint64_t> ends = Engine::ArrivalBlocks(b.meta, &rows, &row_bytes);
   absl::StatusOr<std::unique_ptr<ArrivingBroadcast>> started =
       engine.collectives()->StartBroadcast(b.device, ptrs, rows, row_bytes, ends);
   if (started.ok()) {

@@ -40,9 +40,6 @@ class ShardedRun final : public RequestClient {
   // Combines the parts' results into the request's and commits its stored outputs.
   absl::Status Combine();
 
-  // B's first block of columns, as a fraction of them: all a part waits for before its GEMM
-  // starts (16 MiB of the sharded bench's 128 MiB B, 42 us at the peer link's 395 GB/s).
-  static constexpr uint64_t kFirstBlockFraction = 8;
   struct Arriving {
     std::unique_ptr<ArrivingBroadcast> broadcast;
     std::vector<std::shared_ptr<StoredTensor>> copies;
