@@ -265,12 +265,19 @@ absl::Status ParseInferJson(std::string_view header, Document* doc,
   // check on every character costs a quarter of the parse. A NUL inside the text ends the
   // input for both streams alike.
   const std::string text(header);
-  rapidjson::StringStream in(text.c_str());
+  // Document::Parse(text, length) skips what may be a UTF-8 byte order mark, byte by byte
+  // (EncodedInputStream<UTF8<>, MemoryStream>), and counts error offsets from the first byte.
+  size_t skip = 0;
+  for (unsigned char mark : {0xEF, 0xBB, 0xBF}) {
+    if (static_cast<unsigned char>(text[skip]) == mark) ++skip;
+  }
+  rapidjson::StringStream in(text.c_str() + skip);
   rapidjson::Reader reader;
   rapidjson::ParseResult result;
   Splitter splitter(*doc, *taken);
   auto parse = [&](Document&) {
     result = reader.Parse<kJsonParseFlags>(in, splitter);
+    if (result.IsError()) result.Set(result.Code(), result.Offset() + skip);
     return !result.IsError();
   };
   doc->Populate(parse);
