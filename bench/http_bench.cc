@@ -109,7 +109,9 @@ class HttpClient {
       if (n <= 0) return absl::StrCat(what, ": the response ended early");
       got += n;
     }
-    if (answer->status != 200) return absl::StrCat(what, ": HTTP ", answer->status, " ", answer->body);
+    if (answer->status != 200) {
+      return absl::StrCat(what, ": HTTP ", answer->status, " ", answer->body);
+    }
     return "";
   }
 
@@ -231,8 +233,9 @@ std::string Run(const HttpOptions& opt, HttpFigures* f) {
   const std::string x = RandomFloats(f->shm_bytes / 4);
   std::memcpy(host, x.data(), f->shm_bytes);
 
-  {  // (a) 10x2048: HTTP JSON and gRPC ModelInfer, interleaved. The JSON body is built once,
-     // as the protobuf request is: each side's client-side encoding stays out of the figure.
+  {  // (a) 10x2048: HTTP JSON and gRPC ModelInfer, interleaved. The HTTP request (headers and
+     // JSON body) is built once and leaves in one write, as the protobuf request is built once:
+     // each side's client-side encoding stays out of the figure.
     const auto* small = reinterpret_cast<const float*>(host);
     const std::string body = InferJson(10, 2048, small, 0, "", 0, /*binary_out=*/false);
     const std::string path = "/v2/models/row_mean/infer";

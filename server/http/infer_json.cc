@@ -2,6 +2,7 @@
 
 #include <rapidjson/reader.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -29,7 +30,9 @@ float FromBFloat16(uint16_t h) {
 
 template <typename T>
 void DataWriter::Put(T v) {
-  if (used_ + sizeof(T) > bytes_.size()) bytes_.resize(std::max<uint64_t>(4096, 2 * bytes_.size()));
+  if (used_ + sizeof(T) > bytes_.size()) {
+    bytes_.resize(std::max<uint64_t>(4096, 2 * bytes_.size()));
+  }
   std::memcpy(bytes_.data() + used_, &v, sizeof(T));
   used_ += sizeof(T);
   ++count_;
