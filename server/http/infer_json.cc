@@ -1,5 +1,7 @@
 #include "server/http/infer_json.h"
 
+#include <rapidjson/encodedstream.h>
+#include <rapidjson/memorystream.h>
 #include <rapidjson/reader.h>
 
 #include <algorithm>
@@ -264,23 +266,15 @@ class Splitter {
 
 absl::Status ParseInferJson(std::string_view header, Document* doc,
                             std::vector<std::optional<DataWriter>>* taken) {
-  // A copy ends in the NUL that RapidJSON's StringStream stops at, and a MemoryStream's bounds
-  // check on every character costs a quarter of the parse. A NUL inside the text ends the
-  // input for both streams alike.
-  const std::string text(header);
-  // Document::Parse(text, length) skips what may be a UTF-8 byte order mark, byte by byte
-  // (EncodedInputStream<UTF8<>, MemoryStream>), and counts error offsets from the first byte.
-  size_t skip = 0;
-  for (unsigned char mark : {0xEF, 0xBB, 0xBF}) {
-    if (static_cast<unsigned char>(text[skip]) == mark) ++skip;
-  }
-  rapidjson::StringStream in(text.c_str() + skip);
+  // The stream Document::Parse(text, length) reads through: it skips a byte order mark as
+  // that does, and error offsets count from the same byte.
+  rapidjson::MemoryStream memory(header.data(), header.size());
+  rapidjson::EncodedInputStream<rapidjson::UTF8<>, rapidjson::MemoryStream> in(memory);
   rapidjson::Reader reader;
   rapidjson::ParseResult result;
   Splitter splitter(*doc, *taken);
   auto parse = [&](Document&) {
     result = reader.Parse<kJsonParseFlags>(in, splitter);
-    if (result.IsError()) result.Set(result.Code(), result.Offset() + skip);
     return !result.IsError();
   };
   doc->Populate(parse);
