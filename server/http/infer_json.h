@@ -1,8 +1,11 @@
-// The infer request's JSON in one pass of RapidJSON's SAX reader. A 10x2048 FP32 tensor as
-// "data" is 20,480 numbers in ~400 KB of text: built as a DOM first, each number costs a
-// 16-byte value, its allocation and a second walk to encode it, more than its parse. Here each
-// input's "data" goes from the reader's number events straight into its element bytes, and
-// only the rest of the request (names, shapes, parameters, outputs) becomes a Document.
+// The infer request's JSON in one pass of RapidJSON's SAX reader. A 10x2048 FP32 tensor as "data"
+// is 20,480 numbers in ~400 KB of text; a DOM gives each a 16-byte value and a second walk to
+// encode it, a tenth of the parse's time. Here each input's "data" goes from the reader's number
+// events straight into its element bytes, and only the rest of the request (names, shapes,
+// parameters, outputs) becomes a Document. What remains is RapidJSON's number parse itself, ~30 ns
+// for each of those 17-digit numbers: neither its kParseNumbersAsStringsFlag (the digits are still
+// scanned the same way) with std::from_chars (GCC 12's, ~18 ns a number on its own), nor its
+// recursive parse, measured faster.
 //
 // "data" is taken that way when the input's "datatype" came before it, as tritonclient and
 // json.dumps of its dicts write them; otherwise it stays in the Document and EncodeData encodes
