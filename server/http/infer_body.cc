@@ -1,14 +1,13 @@
 #include "server/http/infer_body.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
-#include <limits>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 #include "common/status_macros.h"
+#include "server/http/infer_json.h"
 #include "server/http/json_proto.h"
 
 namespace opserve::http {
@@ -24,70 +23,6 @@ constexpr char kBinaryDataOutput[] = "binary_data_output";
 // Binary data is read in blocks of this size: under glibc's 32 MiB mmap threshold
 // (server/rpc/host_malloc.h), so their memory stays mapped for the next request.
 constexpr uint64_t kBlockBytes = 8 << 20;
-
-// bfloat16 from float, rounded to nearest even (NaN stays a quiet NaN).
-uint16_t ToBFloat16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  if (std::isnan(f)) return 0x7fc0;
-  bits += 0x7fff + ((bits >> 16) & 1);
-  return static_cast<uint16_t>(bits >> 16);
-}
-
-float FromBFloat16(uint16_t h) {
-  const uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-template <typename T>
-void Append(std::string* out, T v) {
-  out->append(reinterpret_cast<const char*>(&v), sizeof(T));
-}
-
-// Arrays nested deeper than a tensor's dimensions go: the recursion below stays shallow.
-constexpr int kMaxDataDepth = 64;
-
-// The elements of JSON "data" (nested arrays flattened, as the protocol allows) as `dtype`'s
-// little-endian bytes.
-absl::Status EncodeData(const rapidjson::Value& v, DType dtype, const std::string& what,
-                        std::string* out, int depth = 0) {
-  if (v.IsArray()) {
-    if (depth == kMaxDataDepth) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, ": 'data' nests arrays more than ", kMaxDataDepth, " deep"));
-    }
-    for (const auto& e : v.GetArray()) RETURN_IF_ERROR(EncodeData(e, dtype, what, out, depth + 1));
-    return absl::OkStatus();
-  }
-  const uint64_t index = out->size() / ElementSize(dtype);
-  auto wrong = [&](absl::string_view want) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": data element ", index, " is not ", want,
-                                                   " (datatype ", OipName(dtype), ")"));
-  };
-  switch (dtype) {
-    case DType::kFloat32:
-      if (!v.IsNumber()) return wrong("a number");
-      Append(out, static_cast<float>(v.GetDouble()));
-      break;
-    case DType::kBFloat16:
-      if (!v.IsNumber()) return wrong("a number");
-      Append(out, ToBFloat16(static_cast<float>(v.GetDouble())));
-      break;
-    case DType::kInt32:
-      if (!v.IsInt()) return wrong("a 32-bit integer");
-      Append(out, static_cast<int32_t>(v.GetInt()));
-      break;
-    case DType::kInt64:
-      if (!v.IsInt64()) return wrong("a 64-bit integer");
-      Append(out, static_cast<int64_t>(v.GetInt64()));
-      break;
-    case DType::kInvalid:
-      return wrong("a value");
-  }
-  return absl::OkStatus();
-}
 
 // The request's "parameters" with `key` taken out as a boolean (false when absent).
 absl::StatusOr<bool> TakeBool(Params* params, const std::string& key, absl::string_view where) {
@@ -127,6 +62,7 @@ class RequestReader {
   absl::Status Output(int i, const rapidjson::Value& o);
 
   uint64_t left_;  // bytes of the binary part not yet handed to an input
+  std::vector<std::optional<DataWriter>> taken_;  // the inputs' "data" the parse took
   const ReadBinary& read_;
   InferHttpRequest& out_;
   ModelInferRequest& req_;
@@ -134,8 +70,7 @@ class RequestReader {
 
 absl::Status RequestReader::Read(std::string_view header) {
   rapidjson::Document doc;
-  RETURN_IF_ERROR(
-      ParseJson(absl::string_view(header.data(), header.size()), "infer request", &doc));
+  RETURN_IF_ERROR(ParseInferJson(header, &doc, &taken_));
   ASSIGN_OR_RETURN(*req_.mutable_id(), StringMember(doc, "id", "infer request", false));
   if (auto p = doc.FindMember("parameters"); p != doc.MemberEnd()) {
     RETURN_IF_ERROR(ReadParameters(p->value, "infer request", req_.mutable_parameters()));
@@ -228,7 +163,11 @@ absl::Status RequestReader::Input(int i, const rapidjson::Value& in) {
     const std::optional<DType> dtype = DTypeFromOipName(t->datatype());
     if (!dtype.has_value()) return absl::OkStatus();
     std::string& bytes = out_.encoded.emplace_back();
-    RETURN_IF_ERROR(EncodeData(data->value, *dtype, what, &bytes));
+    if (static_cast<size_t>(i) < taken_.size() && taken_[i].has_value()) {
+      RETURN_IF_ERROR(taken_[i]->Finish(what, &bytes));
+    } else {
+      RETURN_IF_ERROR(EncodeData(data->value, *dtype, what, &bytes));
+    }
     out_.raw.push_back({{bytes}, bytes.size()});
     return absl::OkStatus();
   }

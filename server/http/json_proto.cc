@@ -191,17 +191,22 @@ absl::Status ReadParameters(const rapidjson::Value& v, absl::string_view where, 
   return absl::OkStatus();
 }
 
-absl::Status ParseJson(absl::string_view body, absl::string_view what, rapidjson::Document* doc) {
-  doc->Parse<kJsonParseFlags>(body.data(), body.size());
-  if (doc->HasParseError()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": the body is not JSON: ", rapidjson::GetParseError_En(doc->GetParseError()),
-        " (at byte ", doc->GetErrorOffset(), ")"));
+absl::Status CheckParsed(const rapidjson::ParseResult& result, absl::string_view what,
+                         const rapidjson::Document& doc) {
+  if (result.IsError()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": the body is not JSON: ",
+                                                   rapidjson::GetParseError_En(result.Code()),
+                                                   " (at byte ", result.Offset(), ")"));
   }
-  if (!doc->IsObject()) {
+  if (!doc.IsObject()) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": the body must be a JSON object"));
   }
   return absl::OkStatus();
+}
+
+absl::Status ParseJson(absl::string_view body, absl::string_view what, rapidjson::Document* doc) {
+  doc->Parse<kJsonParseFlags>(body.data(), body.size());
+  return CheckParsed(*doc, what, *doc);
 }
 
 absl::Status ReadMessage(absl::string_view body, absl::string_view what, Message* m) {

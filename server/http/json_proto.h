@@ -47,5 +47,8 @@ absl::Status ReadMessage(absl::string_view body, absl::string_view what,
 
 // The body as a JSON document, or INVALID_ARGUMENT with RapidJSON's reason and offset.
 absl::Status ParseJson(absl::string_view body, absl::string_view what, rapidjson::Document* doc);
+// ParseJson's errors for a parse's `result` and the document it gave (which must be an object).
+absl::Status CheckParsed(const rapidjson::ParseResult& result, absl::string_view what,
+                         const rapidjson::Document& doc);
 
 }  // namespace opserve::http

@@ -410,6 +410,69 @@ def execute_lift_seeds():
     }
 
 
+def http_infer_seeds():
+    """fuzz_http_infer: bytes 0-1 (little-endian) modulo the rest's length + 1 split the rest into
+    the JSON header and the binary data after it."""
+    def body(header, binary=b""):
+        if isinstance(header, str):
+            header = header.encode()
+        return struct.pack("<H", len(header)) + header + binary
+
+    def infer(inputs, extra=""):
+        return '{"id": "r1", %s"inputs": [%s]}' % (extra, ", ".join(inputs))
+
+    def data(datatype, values, order="dt_first"):
+        if order == "dt_first":
+            return '{"name": "x", "shape": [2], "datatype": "%s", "data": %s}' % (datatype, values)
+        return '{"data": %s, "name": "x", "shape": [2], "datatype": "%s"}' % (values, datatype)
+
+    def binary(size, datatype="FP32"):
+        return ('{"name": "b", "shape": [%d], "datatype": "%s", '
+                '"parameters": {"binary_data_size": %d}}' % (size // 4, datatype, size))
+
+    outputs = '"outputs": [{"name": "y", "parameters": {"binary_data": true}}], '
+    return {
+        "fp32": body(infer([data("FP32", "[1.5, -2.25e3]")])),
+        "fp32_nested": body(infer([data("FP32", "[[0.1], [NaN, -Infinity]]")])),
+        "data_before_datatype": body(infer([data("FP32", "[1, 2]", order="data_first")])),
+        "bf16": body(infer([data("BF16", "[3.4028236e38, 1e-46]")])),
+        "int32_limits": body(infer([data("INT32", "[2147483647, -2147483648]")])),
+        "int32_past": body(infer([data("INT32", "[2147483648, 1]")])),
+        "int64_limits": body(infer([data("INT64", "[9223372036854775807, -9223372036854775808]")])),
+        "int64_float": body(infer([data("INT64", "[1.0, 2]")])),
+        "not_a_number": body(infer([data("FP32", '[1, "a", null]')])),
+        "object_in_data": body(infer([data("FP32", '[1, {"a": [2]}]')])),
+        "scalar_data": body(infer([data("INT32", "7")])),
+        "deep_data": body(infer([data("FP32", "[" * 66 + "1" + "]" * 66)])),
+        "unknown_datatype": body(infer([data("FP16", '["x", {}]')])),
+        "two_data": body(infer(['{"name": "x", "datatype": "FP32", "data": [1], "data": ["a"], '
+                                '"shape": [1]}'])),
+        "binary": body(infer([binary(8)], outputs), struct.pack("<2f", 1, 2)),
+        "binary_and_json": body(infer([data("FP32", "[1, 2]"), binary(8), data("INT64", "[3]")]),
+                                struct.pack("<2f", 3, 4)),
+        "binary_short": body(infer([binary(16)]), b"\0" * 4),
+        "binary_left_over": body(infer([binary(4)]), b"\0" * 12),
+        "binary_and_data": body(infer(['{"name": "x", "datatype": "FP32", "shape": [1], "data": '
+                                       '[1], "parameters": {"binary_data_size": 4}}']), b"\0" * 4),
+        "params": body(infer([data("FP32", "[1]")], '"parameters": {"binary_data_output": true, '
+                             '"a": 1, "b": -1.5, "c": "s", "d": 18446744073709551615}, ')),
+        "shm_input": body(infer(['{"name": "x", "datatype": "FP32", "shape": [2], "parameters": '
+                                 '{"shared_memory_region": "r", "shared_memory_byte_size": 8}}'])),
+        "inputs_twice": body('{"inputs": [%s], "inputs": 3}' % data("FP32", "[1, 2]")),
+        "inputs_nested": body('{"a": {"inputs": [%s]}, "inputs": [%s]}' %
+                              (data("FP32", '["a"]'), data("FP32", "[1, 2]"))),
+        "not_json": body('{"inputs": [%s' % data("FP32", "[1, 2")),
+        "nul_after": body(infer([data("FP32", "[1]")]) + "\0garbage"),
+        "not_object": body("[1, 2]"),
+        "empty": b"\0\0",
+        "byte_order_mark": body("\ufeff" + infer([data("FP32", "[1]")])),
+        # Found by the fuzzer: a Document's parse drops a leading 0xEF, 0xBB and 0xBF each on its
+        # own, and counts error offsets from the first byte.
+        "part_of_a_byte_order_mark": struct.pack("<H", 20) + b"\xef" * 20,
+        "mark_bytes_then_json": body(b"\xbb\xbf" + infer([data("FP32", "[1]")]).encode()),
+    }
+
+
 def write(target, seeds):
     d = os.path.join(HERE, "corpus", target)
     shutil.rmtree(d, ignore_errors=True)
@@ -428,3 +491,4 @@ if __name__ == "__main__":
     write("fuzz_npy", npy_seeds())
     write("fuzz_graph_json", graph_json_seeds())
     write("fuzz_model_infer_parse", {**model_infer_parse_seeds(), **execute_lift_seeds()})
+    write("fuzz_http_infer", http_infer_seeds())

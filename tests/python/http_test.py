@@ -156,6 +156,37 @@ class Endpoints(HttpTestCase):
                         self.check_op(name, resp["parameters"]["algorithm"], inputs,
                                       (out["datatype"], out["shape"], raw))
 
+    def test_json_data_before_or_after_its_datatype(self):
+        # The server reads "data" in one pass where "datatype" came first, and from the parsed
+        # document otherwise: both orders give the same bytes, and the same refusals.
+        def infer(body):
+            status, _, data = self.c.request("POST", "/v2/models/row_mean/infer", body.encode())
+            return status, json.loads(data)
+
+        def body(datatype, data, data_first):
+            fields = [f'"datatype": "{datatype}"', f'"data": {data}']
+            if data_first:
+                fields.reverse()
+            return '{"inputs": [{"name": "x", "shape": [2, 3], ' + ", ".join(fields) + "}]}"
+
+        for data_first in (False, True):
+            with self.subTest(data_first=data_first):
+                (x,) = self.op_case("row_mean", "FP32", [(2, 3)])
+                nested = json.dumps([x[3][:3], x[3][3:]])
+                status, resp = infer(body("FP32", nested, data_first))
+                self.assertEqual(status, 200, resp)
+                out = resp["outputs"][0]
+                self.check_op("row_mean", resp["parameters"]["algorithm"], [x],
+                              (out["datatype"], out["shape"], to_bytes(out["datatype"], out["data"])))
+                for datatype, data, culprit in (
+                        ("FP32", '[[1, 2, 3], [4, "5", 6]]', "element 4 is not a number"),
+                        ("FP32", "[1, 2, 3, 4, 5, {}]", "element 5 is not a number"),
+                        ("INT32", "[1, 2, 2147483648, 4, 5, 6]", "element 2 is not a 32-bit integer"),
+                        ("INT32", "[1, 2, 3, 4, 5, 6.0]", "element 5 is not a 32-bit integer"),
+                        ("INT64", "[1, 9223372036854775808, 3, 4, 5, 6]", "element 1 is not a 64-bit integer"),
+                        ("FP32", "[" * 65 + "1" + "]" * 65, "more than 64 deep")):
+                    self.assertError(400, infer(body(datatype, data, data_first)), "input 'x'", culprit)
+
     def test_binary_data_output_and_mixed_inputs(self):
         inputs = self.op_case("matmul", "FP32", [(3, 5), (5, 2)])
         # binary_data_output without outputs: every output binary.
