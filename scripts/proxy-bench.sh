@@ -15,7 +15,8 @@
 # Needs haproxy and openssl. Environment (defaults: GPU / --cpu): SHAPE (8192x8192 / 256x256),
 # TINY (10x2048), SESSIONS_PER_REPLICA (2), CONCURRENCY per session (8 / 2: on a GPU, the load at which a replica reached
 # directly is bound by its GPU rather than by one call's latency),
-# TINY_CONCURRENCY (64 / 8) over TINY_CLIENTS processes (4), DURATION_S per measurement (10 / 3).
+# TINY_CONCURRENCY (64 / 8) over TINY_CLIENTS processes (4), DURATION_S per measurement (5 / 3),
+# ROUNDS of the stored comparison (3).
 set -euo pipefail
 bin=$(cd "$1" && pwd)
 logs=$2
@@ -28,9 +29,10 @@ if [[ $mode == --cpu ]]; then
   shape=${SHAPE:-256x256} conc=${CONCURRENCY:-2} tiny_conc=${TINY_CONCURRENCY:-8} dur=${DURATION_S:-3}
 else
   devices=(cuda:0 cuda:1)
-  shape=${SHAPE:-8192x8192} conc=${CONCURRENCY:-8} tiny_conc=${TINY_CONCURRENCY:-64} dur=${DURATION_S:-10}
+  shape=${SHAPE:-8192x8192} conc=${CONCURRENCY:-8} tiny_conc=${TINY_CONCURRENCY:-64} dur=${DURATION_S:-5}
 fi
 tiny=${TINY:-10x2048}
+rounds=${ROUNDS:-3}
 tiny_clients=${TINY_CLIENTS:-4}
 per_replica=${SESSIONS_PER_REPLICA:-2}
 haproxy=$(command -v haproxy || echo /usr/sbin/haproxy)
@@ -125,23 +127,37 @@ verdict() {  # NAME MEASURED BASE FACTOR ERRORS
 }
 
 # Stored: one replica directly, at the load each replica gets through the proxy; then every
-# session at once through the proxy, each with its own input.
+# session at once through the proxy, each with its own input. ROUNDS rounds take turns, and the
+# verdict compares the medians: one pair of windows moved by as much as 1.97x to 1.41x between
+# runs, the direct replica slower too in the low one.
 stored=(--op=row_mean --shape="$shape" --inputs=stored)
-bench "$logs/stored-direct.json" "127.0.0.1:${ports[0]}" "${stored[@]}" --concurrency=$((conc * per_replica))
-bench_pids=()
-for s in "${sessions[@]}"; do
-  "$cli" --target="$proxy" --session="$s" bench "${stored[@]}" --concurrency="$conc" --duration_s="$dur" \
-    --json >"$logs/stored-proxy-$s.json" 2>"$logs/stored-proxy-$s.err" &
-  bench_pids+=($!)
+median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+direct_all=() proxy_all=() errs=0
+for round in $(seq 1 "$rounds"); do
+  bench "$logs/stored-direct-$round.json" "127.0.0.1:${ports[0]}" "${stored[@]}" \
+    --concurrency=$((conc * per_replica))
+  direct_all+=("$(rps "$logs/stored-direct-$round.json")")
+  errs=$((errs + $(errors "$logs/stored-direct-$round.json")))
+  bench_pids=()
+  for s in "${sessions[@]}"; do
+    "$cli" --target="$proxy" --session="$s" bench "${stored[@]}" --concurrency="$conc" \
+      --duration_s="$dur" --json >"$logs/stored-proxy-$round-$s.json" \
+      2>"$logs/stored-proxy-$round-$s.err" &
+    bench_pids+=($!)
+  done
+  for p in "${bench_pids[@]}"; do
+    wait "$p" || { echo "a session's bench failed (see $logs/stored-proxy-*.err)"; exit 1; }
+  done
+  sum=0
+  for s in "${sessions[@]}"; do
+    sum=$(awk -v a="$sum" -v b="$(rps "$logs/stored-proxy-$round-$s.json")" 'BEGIN { print a + b }')
+    errs=$((errs + $(errors "$logs/stored-proxy-$round-$s.json")))
+  done
+  proxy_all+=("$sum")
+  echo "round $round: direct ${direct_all[-1]} req/s, through the proxy $sum req/s"
 done
-for p in "${bench_pids[@]}"; do wait "$p" || { echo "a session's bench failed (see $logs/stored-proxy-*.err)"; exit 1; }; done
-sum=0 errs=0
-for s in "${sessions[@]}"; do
-  sum=$(awk -v a="$sum" -v b="$(rps "$logs/stored-proxy-$s.json")" 'BEGIN { print a + b }')
-  errs=$((errs + $(errors "$logs/stored-proxy-$s.json")))
-done
-verdict "stored row_mean $shape, ${#sessions[@]} sessions over 2 replicas" "$sum" \
-  "$(rps "$logs/stored-direct.json")" 1.8 "$errs"
+verdict "stored row_mean $shape, ${#sessions[@]} sessions over 2 replicas (medians of $rounds rounds)" \
+  "$(printf '%s\n' "${proxy_all[@]}" | median)" "$(printf '%s\n' "${direct_all[@]}" | median)" 1.8 "$errs"
 
 # Tiny inline requests, no session: per-call balancing against one replica directly. The
 # callers come from TINY_CLIENTS processes, each its own connection, as separate clients would:
