@@ -95,13 +95,13 @@ grpc::ServerUnaryReactor* InferenceService::ServerReady(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* InferenceService::ModelReady(grpc::CallbackServerContext* ctx,
                                                        const inference::ModelReadyRequest* req,
                                                        inference::ModelReadyResponse* resp) {
-  return Unary(ctx, "ModelReady", [&](const std::string& tenant) -> absl::Status {
-    RETURN_IF_ERROR(oip::CheckModelVersion(req->name(), req->version()));
-    if (FindOp(req->name()) == nullptr) {
-      auto saved = core_.graphs().Find(tenant, req->name());
-      if (!saved.ok()) return absl::NotFoundError(absl::StrCat("no model ", Quote(req->name())));
-    }
-    resp->set_ready(ready_());
+  // A model or version the server does not have is not ready: an answer, not an error, as
+  // Triton's core gives it (its HTTP binding, like ours, then answers 400).
+  return Unary(ctx, "ModelReady", [&](const std::string& tenant) {
+    const bool exists =
+        oip::CheckModelVersion(req->name(), req->version()).ok() &&
+        (FindOp(req->name()) != nullptr || core_.graphs().Find(tenant, req->name()).ok());
+    resp->set_ready(exists && ready_());
     return absl::OkStatus();
   });
 }

@@ -65,10 +65,14 @@ void ModelStats::Fill(const StatsModel& model, inference::ModelStatistics* out) 
   out->set_name(model.name);
   out->set_version("1");
   std::lock_guard<std::mutex> lock(mu_);
+  // A model with no request yet reads as a record of zeros: Triton's clients read every
+  // duration of inference_stats, which Triton fills for such a model too.
+  static const Record kNone;
   auto it = records_.find(KeyOf(model));
-  if (it == records_.end()) return;
-  const Record& r = it->second;
-  if (model.graph != nullptr && r.graph.lock() != model.graph) return;  // another graph's
+  const Record* found = it == records_.end() ? &kNone : &it->second;
+  // A record of another graph, saved under the name before this one, is not this one's.
+  if (model.graph != nullptr && found->graph.lock() != model.graph) found = &kNone;
+  const Record& r = *found;
   out->set_last_inference(r.last_inference_ms);
   out->set_inference_count(r.inference_count);
   out->set_execution_count(static_cast<uint64_t>(std::llround(r.executions)));

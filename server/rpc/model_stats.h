@@ -46,7 +46,8 @@ class ModelStats {
   void RecordFailure(const StatsModel& model, double total_us,
                      SystemClock::time_point now = SystemClock::now());
 
-  // `model`'s statistics so far (all zero for one with no request yet), version "1".
+  // `model`'s statistics so far, version "1": every duration of inference_stats, zero for a
+  // model with no request yet.
   void Fill(const StatsModel& model, inference::ModelStatistics* out) const;
 
  private:

@@ -10,6 +10,7 @@
 #include "common/status_macros.h"
 #include "server/rpc/convert.h"
 #include "server/rpc/lifted_parse.h"
+#include "server/rpc/oip_unserved_params.h"
 
 namespace opserve::oip {
 namespace {
@@ -134,6 +135,7 @@ absl::StatusOr<Graph> GraphBuilder::Build() {
     }
   }
 
+  RETURN_IF_ERROR(CheckUnservedParameters(req_));
   // Inputs: each of the model's exactly once, nothing else.
   std::set<std::string> seen;
   for (const auto& in : req_.inputs()) {

@@ -9,6 +9,8 @@
 // `contents`, or the next entry of raw_input_contents (which the inputs with raw bytes take in
 // order). Each requested output goes back in raw_output_contents (one entry per output, empty
 // for those that went elsewhere), into a region, or into the store (opserve_store_as).
+// Triton's parameters for what opserve's models are not (sequences, classification) are refused
+// before any of that (oip_unserved_params.h).
 #pragma once
 
 #include <deque>

@@ -124,6 +124,19 @@ TEST_F(KServeTest, HealthAndMetadata) {
   std::set<std::string> models;
   for (const auto& m : index.models()) models.insert(m.name());
   for (const OpSpec& op : Ops()) EXPECT_TRUE(models.count(std::string(op.name))) << op.name;
+  // A model or version the server does not have is not ready, an answer as Triton gives it.
+  for (const auto& [name, version] : {std::pair{"row_sum", ""}, {"row_sum", "1"},
+                                      {"no_such_model", ""}, {"row_sum", "2"}}) {
+    grpc::ClientContext ctx;
+    inference::ModelReadyRequest req;
+    req.set_name(name);
+    req.set_version(version);
+    inference::ModelReadyResponse model;
+    const grpc::Status s = stub_->ModelReady(&ctx, req, &model);
+    ASSERT_TRUE(s.ok()) << name << " " << version << ": " << s.error_message();
+    EXPECT_EQ(model.ready(), std::string(name) == "row_sum" && std::string(version) != "2")
+        << name << " " << version;
+  }
 }
 
 // Every (op, algorithm, dtype) ListOps lists, through ModelInfer with `algorithm` set, against
@@ -234,6 +247,19 @@ TEST_F(KServeTest, TypedContentsAndRefusals) {
   r = req;
   r.add_outputs()->set_name("w");
   refused(r, grpc::StatusCode::INVALID_ARGUMENT, "'w'");
+  // Triton's sequences and classification, which opserve's models do not serve.
+  r = req;
+  (*r.mutable_parameters())["sequence_id"].set_uint64_param(9);
+  refused(r, grpc::StatusCode::INVALID_ARGUMENT, "model 'row_sum' is not a sequence model");
+  r = req;
+  (*r.mutable_parameters())["sequence_end"].set_bool_param(true);
+  refused(r, grpc::StatusCode::INVALID_ARGUMENT, "'sequence_end'");
+  r = req;
+  auto* classes = r.add_outputs();
+  classes->set_name("y");
+  (*classes->mutable_parameters())["classification"].set_int64_param(1);
+  refused(r, grpc::StatusCode::INVALID_ARGUMENT,
+          "output 'y' of model 'row_sum': parameter 'classification'");
 
   // An op model's datatypes, in the protocol's names: one the op does not take, and inputs
   // that differ.
@@ -794,7 +820,16 @@ TEST_F(KServeTest, ModelStatisticsCountEachModelInfer) {
   EXPECT_EQ(mm.name(), "matmul");
   EXPECT_EQ(mm.inference_count(), 0u);
   EXPECT_EQ(mm.last_inference(), 0u);
-  EXPECT_EQ(mm.inference_stats().success().count(), 0u);
+  // Every duration is there, as Triton gives them for a model never run.
+  ASSERT_TRUE(mm.has_inference_stats());
+  const inference::InferStatistics& ms = mm.inference_stats();
+  for (const auto* d : {&ms.success(), &ms.fail(), &ms.queue(), &ms.compute_input(),
+                        &ms.compute_infer(), &ms.compute_output()}) {
+    EXPECT_EQ(d->count(), 0u);
+    EXPECT_EQ(d->ns(), 0u);
+  }
+  EXPECT_TRUE(ms.has_success() && ms.has_fail() && ms.has_queue() && ms.has_compute_input() &&
+              ms.has_compute_infer() && ms.has_compute_output());
 
   const int64_t n = 16;
   SaveGraph(server().target(), "g", MeanOfProduct(n));

@@ -121,7 +121,9 @@ class Endpoints(HttpTestCase):
                 self.assertEqual(self.c.get(f"/v2/models/{name}/ready")[0], 200)
                 self.assertEqual(self.c.get(f"/v2/models/{name}/versions/1/ready")[0], 200)
         self.assertError(404, self.c.json("GET", "/v2/models/no_such_model"), "no_such_model")
-        self.assertError(404, self.c.json("GET", "/v2/models/no_such_model/ready"), "no_such_model")
+        # Not ready, as Triton answers a model or version it does not have: 400, not 404.
+        for path in ("/v2/models/no_such_model/ready", "/v2/models/row_mean/versions/2/ready"):
+            self.assertEqual(self.c.get(path)[0], 400, path)
         self.assertError(404, self.c.json("GET", "/v2/models/row_mean/versions/2/config"), "'2'")
 
     def test_repository_index(self):
@@ -359,6 +361,20 @@ class Endpoints(HttpTestCase):
                                           b'{"raw_handle": {"b64": "AAAA"}, "device_id": 0, "byte_size": 4}'),
                          "CUDA")
 
+    def test_triton_parameters_opserve_does_not_serve_are_refused(self):
+        x = [("x", "FP32", [2, 3], [1, 2, 3, 4, 5, 6])]
+        for params in ({"sequence_id": 7}, {"sequence_id": "session-7"}, {"sequence_start": True},
+                       {"sequence_end": True}):
+            with self.subTest(params=params):
+                self.assertError(400, self.c.infer("row_mean", x, **params)[:2],
+                                 "'row_mean'", f"'{next(iter(params))}'", "sequence model")
+        status, resp, _ = self.c.infer("row_mean", x, [{"name": "y", "parameters": {"classification": 2}}])
+        self.assertError(400, (status, resp), "'y'", "'classification'")
+        # Values that ask for nothing are accepted, as Triton accepts them.
+        status, resp, _ = self.c.infer("row_mean", x, [{"name": "y", "parameters": {"classification": 0}}],
+                                       sequence_id=0, sequence_start=False, sequence_end=False)
+        self.assertEqual((status, resp["outputs"][0]["data"]), (200, [2.0, 5.0]), resp)
+
     def test_statistics(self):
         def success(model):
             status, stats = self.c.json("GET", f"/v2/models/{model}/stats")
@@ -370,6 +386,22 @@ class Endpoints(HttpTestCase):
         status, stats = self.c.json("GET", "/v2/models/stats")
         self.assertEqual({s["name"] for s in stats["model_stats"]}, set(TABLE.names("cpu")))
         self.assertError(404, self.c.json("GET", "/v2/models/no_such_model/stats"), "no_such_model")
+
+
+class NeverCalled(HttpTestCase):
+    """A server no request has reached."""
+
+    def test_statistics_of_models_never_called_are_zeros(self):
+        # Triton's binding gives every duration of inference_stats, zeros included.
+        zeros = {part: {"count": 0, "ns": 0} for part in
+                 ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")}
+        status, one = self.c.json("GET", "/v2/models/row_max/stats")
+        status_all, every = self.c.json("GET", "/v2/models/stats")
+        self.assertEqual((status, status_all), (200, 200))
+        for stats in one["model_stats"] + every["model_stats"]:
+            with self.subTest(model=stats["name"]):
+                self.assertEqual(stats.get("inference_stats"), zeros)
+                self.assertEqual((stats["inference_count"], stats["execution_count"]), (0, 0))
 
 
 class Tokens(HttpTestCase):

@@ -195,8 +195,10 @@ class KServeTest(Base):
             for version in ("", "1"):
                 self.assertTrue(self.c.ModelReady(K.ModelReadyRequest(name=op, version=version)).ready, op)
         for name, version in (("no_such_model", ""), ("row_sum", "2")):
-            for call in (lambda: self.c.ModelReady(K.ModelReadyRequest(name=name, version=version)),
-                         lambda: self.c.ModelMetadata(K.ModelMetadataRequest(name=name, version=version)),
+            # As Triton answers: not ready, not an error.
+            self.assertFalse(self.c.ModelReady(K.ModelReadyRequest(name=name, version=version)).ready,
+                             (name, version))
+            for call in (lambda: self.c.ModelMetadata(K.ModelMetadataRequest(name=name, version=version)),
                          lambda: self.c.ModelInfer(request(name, [In("x", "FP32", [2, 2], np.ones((2, 2), np.float32))],
                                                            version=version))):
                 self.expect_error(C.NOT_FOUND, call, name if version == "" else version)
@@ -359,6 +361,43 @@ class KServeTest(Base):
         self.assertEqual(every["row_sum"].inference_count, after.inference_count)
         for model, version in (("no_such_model", ""), ("row_sum", "2")):
             self.expect_error(C.NOT_FOUND, lambda: self.stats(model, version), model if version == "" else version)
+
+    def test_statistics_of_a_model_never_called_are_zeros(self):
+        """Triton fills inference_stats for a model with no request yet, and its clients read
+        every duration of it."""
+        name = "kv_stats_never_called"
+        self.c.SaveGraph(O.SaveGraphRequest(name=name, graph=self.graph(), overwrite=True))
+        self.addCleanup(self.quietly, lambda: self.c.DeleteGraph(O.DeleteGraphRequest(name=name)))
+        for stats in (self.stats(name)[name], self.stats()[name]):
+            self.assertTrue(stats.HasField("inference_stats"))
+            for part in ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output"):
+                self.assertTrue(stats.inference_stats.HasField(part), part)
+                duration = getattr(stats.inference_stats, part)
+                self.assertEqual((duration.count, duration.ns), (0, 0), part)
+            self.assertEqual((stats.inference_count, stats.execution_count, stats.last_inference), (0, 0, 0))
+
+    def test_triton_parameters_opserve_does_not_serve_are_refused(self):
+        """Sequences (a correlation ID) and an output's classification are refused naming the
+        parameter, never ignored; a value that asks for nothing is accepted, as Triton does."""
+        x = self.rng.standard_normal((3, 5)).astype(np.float32)
+        ok = In("x", "FP32", x.shape, x)
+        infer = lambda *args, **kw: lambda: self.c.ModelInfer(request(*args, **kw))  # noqa: E731
+        bad = C.INVALID_ARGUMENT
+        for params in ({"sequence_id": 7}, {"sequence_id": "session-7"},
+                       {"sequence_id": 7, "sequence_start": True, "sequence_end": True},
+                       {"sequence_start": True}, {"sequence_end": True}):
+            with self.subTest(params=params):
+                key = next(k for k, v in params.items() if v)
+                self.expect_error(bad, infer("row_sum", [ok], **params), "row_sum", f"'{key}'", "sequence")
+        self.expect_error(bad, infer("row_sum", [ok], sequence_id=1.5), "sequence_id")
+        self.expect_error(bad, infer("row_sum", [ok], [Out("y", classification=3)]), "'y'", "classification")
+        self.expect_error(bad, infer("row_sum", [ok], [Out("y", classification="3")]), "'y'", "classification")
+        for outputs, params in (([Out("y", classification=0)], {}),
+                                (None, {"sequence_id": 0, "sequence_start": False, "sequence_end": False}),
+                                (None, {"sequence_id": ""})):
+            with self.subTest(outputs=outputs, params=params):
+                response = self.c.ModelInfer(request("row_sum", [ok], outputs, **params))
+                self.check_output("row_sum", "row_sum", "FP32", [x], response)
 
     def test_reflection_lists_both_services(self):
         stub = RG.ServerReflectionStub(self.c.channel)

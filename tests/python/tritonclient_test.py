@@ -144,7 +144,9 @@ class Cases:
                 config = self.config(name)
                 self.assertEqual(config["name"], name)
                 self.assertEqual([i["name"] for i in config["input"]], [i["name"] for i in meta["inputs"]])
-        self.assert_unknown_model_not_ready()
+        # A model or version the server does not have is not ready, on both ports as in Triton.
+        self.assertFalse(self.c.is_model_ready("no_such_model"))
+        self.assertFalse(self.c.is_model_ready("row_mean", "2"))
         index = self.repository_index()
         self.assertEqual({m["name"] for m in index}, TABLE.names("cpu"))
         self.assertTrue(all(m["state"] == "READY" for m in index))
@@ -185,6 +187,13 @@ class Cases:
             for datatype in sorted({"FP32", "INT32", "INT64"} - {OIP[d] for d in op.dtypes}):
                 inputs = self.op_inputs(name, datatype)
                 self.assertRaisesNaming(self.INVALID, lambda: self.infer(name, inputs), name, datatype)
+        # Triton's parameters for what opserve's models are not: sequence models (a correlation
+        # ID) and classifiers (class_count).
+        self.assertRaisesNaming(self.INVALID, lambda: self.infer("row_mean", [("x", "FP32", x)], sequence_id=7,
+                                                                 sequence_start=True), "row_mean", "sequence_id")
+        classes = self.client_module.InferRequestedOutput("y", class_count=2)
+        self.assertRaisesNaming(self.INVALID, lambda: self.infer("row_mean", [("x", "FP32", x)],
+                                                                 outputs=[classes]), "'y'", "classification")
         # A shape that does not hold the data sent: set after the client checked the array.
         i = self.client_module.InferInput("x", [2, 3], "FP32")
         i.set_data_from_numpy(x)
@@ -231,9 +240,11 @@ class Cases:
         def counts():
             stats = self.statistics("row_max")["model_stats"]
             self.assertEqual(len(stats), 1)
-            # A model not yet called has no inference_stats, and JSON from protobuf leaves out
-            # zero counts.
-            s = stats[0].get("inference_stats", {})
+            # Every duration is there, as Triton gives them; JSON from protobuf (tritonclient.grpc's
+            # as_json) leaves out zero counts.
+            s = stats[0]["inference_stats"]
+            self.assertEqual(set(s), {"success", "fail", "queue", "compute_input", "compute_infer",
+                                      "compute_output"})
             return {**{k: int(s.get(k, {}).get("count", 0)) for k in ("success", "fail")},
                     **{k: int(stats[0].get(k, 0)) for k in ("inference_count", "execution_count")}}
         before = counts()
@@ -261,9 +272,6 @@ class TritonclientHttp(Cases, unittest.TestCase):
 
     def connect(self):
         return httpclient.InferenceServerClient(f"127.0.0.1:{self.server.port}", network_timeout=30.0)
-
-    def assert_unknown_model_not_ready(self):
-        self.assertFalse(self.c.is_model_ready("no_such_model"))  # any status but 200
 
     def outputs(self, datatype, binary):
         # InferResult.as_numpy reads binary data as the datatype's numpy type, float32 for BF16:
@@ -321,12 +329,6 @@ class TritonclientGrpc(Cases, unittest.TestCase):
 
     def connect(self):
         return grpcclient.InferenceServerClient(f"127.0.0.1:{self.server.grpc_port}")
-
-    def assert_unknown_model_not_ready(self):
-        # ModelReady answers NOT_FOUND for a model the server does not have, which the client
-        # raises (Triton answers ready: false).
-        self.assertRaisesNaming(self.NOT_FOUND, lambda: self.c.is_model_ready("no_such_model"),
-                                "no_such_model")
 
     @staticmethod
     def encodings(datatype):
