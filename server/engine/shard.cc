@@ -250,11 +250,17 @@ absl::Status ShardedRun::Broadcast(Engine& engine, const StoredTensor& b,
                                    const std::vector<std::shared_ptr<StoredTensor>>& copies) {
   const uint64_t bytes = b.meta.Bytes();
   broadcast_bytes_ += bytes * copies.size();
-  // In blocks of columns the parts' GEMMs start on (KernelEnv::arriving).
-  uint64_t rows = 0, row_bytes = 0;
-  const std::vector<uint64_t> ends = Engine::ArrivalBlocks(b.meta, &rows, &row_bytes);
+  // To one other device: a peer copy in blocks of columns the part's GEMM starts on
+  // (KernelEnv::arriving), at the link's speed and hidden behind the GEMM (on two H200s: 0.38 ms
+  // beside a 3 ms GEMM, where NCCL took 0.49 ms before it). To several: NCCL before the GEMMs,
+  // its ring keeping every link busy, where peer copies from the root would share the root's.
   absl::StatusOr<std::unique_ptr<ArrivingBroadcast>> started =
-      engine.collectives()->StartBroadcast(b.device, ptrs, rows, row_bytes, ends);
+      absl::UnimplementedError("several receivers: NCCL's broadcast");
+  if (copies.size() == 1) {
+    uint64_t rows = 0, row_bytes = 0;
+    const std::vector<uint64_t> ends = Engine::ArrivalBlocks(b.meta, &rows, &row_bytes);
+    started = engine.collectives()->StartBroadcast(b.device, ptrs, rows, row_bytes, ends);
+  }
   if (started.ok()) {
     for (const std::shared_ptr<StoredTensor>& c : copies)
       c->arrival = (*started)->arrival(c->device);

@@ -112,8 +112,13 @@ TEST_P(NodeSchedulingTest, CrossDeviceMatmulRunsWhereMostInputBytesAre) {
       EXPECT_EQ(r->peer_copy_bytes(), a_bigger ? Bytes(b) : Bytes(a))
           << "the smaller input is the one that moves";
       EXPECT_GT(r->timing().peer_copy_us(), 0);
-      EXPECT_LE(r->timing().peer_copy_us(), r->timing().input_us() + 1)
-          << "peer copies are part of input_us";
+      if (IsCuda()) {  // beside the GEMM, which starts on B's first block of columns
+        EXPECT_LE(r->timing().peer_copy_us(), r->timing().total_us())
+            << "the copy runs within the request";
+      } else {
+        EXPECT_LE(r->timing().peer_copy_us(), r->timing().input_us() + 1)
+            << "copies between CPU devices finish before the run: part of input_us";
+      }
       EXPECT_TRUE(
           MatchesReference("matmul", {a, b}, Output(*r, "n"), NodeReport(*r, "n").algorithm()));
       // The inputs stay where they were put.
