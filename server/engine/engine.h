@@ -128,6 +128,8 @@ class Engine {
   // GEMM reading it computes whole columns of C from each block; anything else as one row.
   static std::vector<uint64_t> ArrivalBlocks(const TensorMeta& meta, uint64_t* rows,
                                              uint64_t* row_bytes);
+  // Memory on device dst for a copy of `t`; the error names the tensor and the device.
+  absl::StatusOr<BufferPtr> AllocateCopy(const StoredTensor& t, int dst);
   // Bytes [offset, offset + bytes) of `t` into host memory, across its shards if it has them
   // (GetTensor). A sticky device error takes the device out.
   absl::Status CopyOut(const StoredTensor& t, uint64_t offset, void* dst, uint64_t bytes);

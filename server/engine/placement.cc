@@ -58,6 +58,15 @@ absl::StatusOr<std::vector<TensorShard>> Engine::ShardRows(const TensorMeta& met
   return shards;
 }
 
+absl::StatusOr<BufferPtr> Engine::AllocateCopy(const StoredTensor& t, int dst) {
+  absl::StatusOr<BufferPtr> buffer = backend(dst).Allocate(t.meta.Bytes());
+  if (buffer.ok()) return buffer;
+  return absl::Status(buffer.status().code(),
+                      absl::StrCat("tensor ", Quote(t.name), " (", t.meta.DebugString(), ", ",
+                                   t.meta.Bytes(), " bytes) does not fit device ", device_name(dst),
+                                   ": ", buffer.status().message()));
+}
+
 absl::StatusOr<StoredTensorPtr> Engine::CopyTo(const StoredTensor& t, int dst, uint64_t* bytes) {
   *bytes = 0;
   RETURN_IF_ERROR(Readable(t));
@@ -66,13 +75,8 @@ absl::StatusOr<StoredTensorPtr> Engine::CopyTo(const StoredTensor& t, int dst, u
     copy->buffer = t.buffer;
     return copy;
   }
-  auto buffer = backend(dst).Allocate(t.meta.Bytes());
-  if (!buffer.ok()) {
-    return absl::Status(buffer.status().code(),
-                        absl::StrCat("tensor ", Quote(t.name), " (", t.meta.DebugString(), ", ",
-                                     t.meta.Bytes(), " bytes) does not fit device ",
-                                     device_name(dst), ": ", buffer.status().message()));
-  }
+  absl::StatusOr<BufferPtr> buffer = AllocateCopy(t, dst);
+  if (!buffer.ok()) return buffer.status();
   copy->buffer = *std::move(buffer);
   if (collectives_ == nullptr) return absl::InternalError("no copies between devices here");
   char* base = static_cast<char*>(copy->buffer->data());
@@ -117,13 +121,8 @@ absl::StatusOr<StoredTensorPtr> Engine::CopyInArriving(
     return CopyTo(t, dst, bytes);
   }
   RETURN_IF_ERROR(Readable(t));
-  auto buffer = backend(dst).Allocate(t.meta.Bytes());
-  if (!buffer.ok()) {
-    return absl::Status(buffer.status().code(),
-                        absl::StrCat("tensor ", Quote(t.name), " (", t.meta.DebugString(), ", ",
-                                     t.meta.Bytes(), " bytes) does not fit device ",
-                                     device_name(dst), ": ", buffer.status().message()));
-  }
+  absl::StatusOr<BufferPtr> buffer = AllocateCopy(t, dst);
+  if (!buffer.ok()) return buffer.status();
   std::vector<void*> ptrs(num_devices(), nullptr);
   ptrs[t.device] = t.buffer->data();
   ptrs[dst] = (*buffer)->data();
