@@ -7,6 +7,7 @@ in a deployment), which become one `server` line per replica here. Not a test it
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -140,11 +141,30 @@ class Proxy:
         with open(self.log_path, "w") as log:
             self.process = subprocess.Popen([haproxy, "-f", self.config], env=env, stdout=log,
                                             stderr=subprocess.STDOUT)
+        self._wait_listening()
+        # Only now: a channel whose first connection is refused waits 10 s before it tries again
+        # (gRPC's reconnect backoff), which was most of what the suites' setup waits.
         self.target = f"127.0.0.1:{self.ports['grpc']}"
         self.tls_target = f"127.0.0.1:{self.ports['grpc_tls']}"
         self.channel = grpc.insecure_channel(self.target)
         self.health = self.channel.unary_unary(HEALTH, request_serializer=lambda b: b,
                                                response_deserializer=lambda b: b)
+
+    def _wait_listening(self):
+        """Until every frontend port accepts a connection; raises with HAProxy's log if it
+        exits or is not listening within STARTUP_SECONDS."""
+        deadline = time.monotonic() + STARTUP_SECONDS
+        for port in self.ports.values():
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    if self.process.poll() is not None or time.monotonic() > deadline:
+                        self.process.kill()
+                        self.process.wait()
+                        raise RuntimeError(f"haproxy is not listening on {port}:\n{self.log()}")
+                    time.sleep(0.02)
 
     def log(self):
         with open(self.log_path) as f:
@@ -167,14 +187,14 @@ class Proxy:
         _, call = self.health.with_call(b"", metadata=metadata, timeout=5)
         return dict(call.initial_metadata()).get(REPLICA)
 
-    def wait_for(self, condition, what, seconds=15):
+    def wait_for(self, condition, what, seconds=30):
         """Polls condition() until it is true; fails naming `what` after `seconds`."""
         deadline = time.monotonic() + seconds
         while True:
             try:
                 if condition():
                     return
-            except grpc.RpcError:
+            except (grpc.RpcError, OSError):  # refused, reset or timed out while it changes
                 pass
             if time.monotonic() > deadline:
                 raise AssertionError(f"not within {seconds} s: {what}\n{self.log()[-3000:]}")
