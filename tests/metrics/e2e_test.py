@@ -37,7 +37,6 @@ import random
 import re
 import shutil
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -50,6 +49,8 @@ import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "python"))
 import op_table  # noqa: E402 - the op table through opserve-op-table: no op list here
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "support"))
+from e2e_script import free_port  # noqa: E402 - below the ephemeral range, for Prometheus
 
 LANES = 2
 # Input elements per op: enough that a CPU kernel takes a measurable time, few enough for a
@@ -81,12 +82,6 @@ class ProcessDied(Failure):
 
 def log(*args):
     print("e2e:", *args, flush=True)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(what, check, deadline, interval=0.25):

@@ -18,6 +18,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <random>
 #include <set>
 #include <sstream>
 #include <string>
@@ -797,8 +798,30 @@ TEST(MultiDeviceMetricsTest, DevicesRecordingAtOnceLoseNothing) {
 
 // ---- The HTTP exposer ----
 
-// A port that was free a moment ago (the kernel picks it; we close it for the exposer to take).
+// Whether 127.0.0.1:port could be bound just now.
+bool CanBind(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  return ok;
+}
+
+// A port that was free a moment ago, for the exposer to take, from below the kernel's ephemeral
+// range: a port inside it, once closed here, can become any process's outgoing source port
+// before the exposer binds it (tests/support/e2e_script.py's free_port does the same).
 int FreePort() {
+  int low = 0;
+  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> low;
+  std::random_device seed;
+  std::mt19937 rng(seed());
+  for (int i = 0; low >= 12000 && i < 100; ++i) {
+    const int port = std::uniform_int_distribution<int>(10000, low - 1)(rng);
+    if (CanBind(port)) return port;
+  }
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;

@@ -5,6 +5,7 @@ the server under test.
 Not a test itself; the scripts import it from their own location (../support).
 """
 
+import random
 import socket
 import subprocess
 import traceback
@@ -27,7 +28,30 @@ def logger(name):
     return log
 
 
+def _ephemeral_low():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def free_port():
+    """A loopback port that was free a moment ago, for a server started next. Taken below the
+    kernel's ephemeral range where there is room: a port from inside it, once released here, can
+    become the source port of any process's outgoing connection before the server binds it (and
+    again while a test restarts a server on the same port)."""
+    low = _ephemeral_low()
+    if low >= 12000:
+        rng = random.Random()  # seeded from os.urandom: parallel tests pick apart
+        for _ in range(100):
+            port = rng.randrange(10000, low)
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
