@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ci-failed-output.sh BUILD_DIR [LINES]: the last LINES (default 150) lines of what each test that
-# failed in BUILD_DIR's latest ctest run printed, read from ctest's own log. CI prints this after
-# its summary, where a failure's output would otherwise be buried under the later steps' logs.
+# failed in BUILD_DIR's latest ctest run printed, read from ctest's own log. CI prints this just
+# above its summary, where a failure's output would otherwise be buried under the later steps' logs.
 set -uo pipefail
 build=${1:?usage: ci-failed-output.sh BUILD_DIR [LINES]}
 lines=${2:-150}

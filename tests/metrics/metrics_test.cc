@@ -798,16 +798,18 @@ TEST(MultiDeviceMetricsTest, DevicesRecordingAtOnceLoseNothing) {
 
 // ---- The HTTP exposer ----
 
-// Whether 127.0.0.1:port could be bound just now.
-bool CanBind(int port) {
+// Binds 127.0.0.1:port (0: the kernel picks) and closes it again; the port it got, or 0.
+int BindAndClose(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   addr.sin_port = htons(static_cast<uint16_t>(port));
-  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  socklen_t len = sizeof(addr);
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
   close(fd);
-  return ok;
+  return ok ? ntohs(addr.sin_port) : 0;
 }
 
 // A port that was free a moment ago, for the exposer to take, from below the kernel's ephemeral
@@ -819,19 +821,11 @@ int FreePort() {
   std::random_device seed;
   std::mt19937 rng(seed());
   for (int i = 0; low >= 12000 && i < 100; ++i) {
-    const int port = std::uniform_int_distribution<int>(10000, low - 1)(rng);
-    if (CanBind(port)) return port;
+    if (const int port = BindAndClose(std::uniform_int_distribution<int>(10000, low - 1)(rng))) {
+      return port;
+    }
   }
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
+  return BindAndClose(0);
 }
 
 // GET http://127.0.0.1:port/path with HTTP/1.0; returns the body, or nullopt on a non-200.
